@@ -98,3 +98,18 @@ def load_config(path: str | Path, overrides: list[str] | Mapping[str, Any] = ())
     data = _expand_env(apply_overrides(raw, overrides))
     validate(data, str(path))
     return Config(data=data, path=path)
+
+
+def write_effective_config(data: Mapping[str, Any], path: Path) -> Path:
+    """Write the merged config (file + command-line overrides) for the stages to read.
+
+    Rewritten only when its content changes, atomically, so its timestamp never causes reruns.
+    """
+    text = yaml.safe_dump(dict(data), sort_keys=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text() == text:
+        return path
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path

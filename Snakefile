@@ -1,0 +1,27 @@
+# int8-alibi: are two scaled INT8 GEMM kernels interchangeable? A pre-registered pipeline.
+# This file only sets up: the config, the fail-closed protocol gate, the rule files, rule all.
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/protocol.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/requant.smk"
+include: "workflow/rules/capture.smk"
+include: "workflow/rules/prediction.smk"
+include: "workflow/rules/compare.smk"
+include: "workflow/rules/faults.smk"
+include: "workflow/rules/determinism.smk"
+include: "workflow/rules/perplexity.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        final_targets(),
+    default_target: True

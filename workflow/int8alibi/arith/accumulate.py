@@ -1,0 +1,71 @@
+"""The exact int8 GEMM accumulator (the reference every kernel is checked against), and int32 wrap.
+
+Products of int8 values are integers of magnitude <= 2**14, so a float64 sum of at most
+2**53 / 2**14 = 2**39 of them is an integer below 2**53 at every step: exact in any summation
+order, on any BLAS. Deeper reductions are cut into such chunks, each converted to int64 and summed
+in int64 (CUDA has no int64 matmul).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ..errors import InputError
+from .bounds import F64_EXACT_BOUND, INT8_PRODUCT_MAX
+
+AccumulatorPath = Literal["auto", "fp64", "int64"]
+
+FP64_EXACT_DEPTH = F64_EXACT_BOUND // INT8_PRODUCT_MAX  # 2**39: the deepest exact float64 reduction
+
+
+def _check_operands(a_q: torch.Tensor, w_q: torch.Tensor) -> None:
+    for name, t in (("a_q", a_q), ("w_q", w_q)):
+        if t.dtype != torch.int8 or t.dim() != 2:
+            raise InputError(f"exact_accumulator: {name} must be a 2-D int8 tensor, got {t.dtype} {tuple(t.shape)}")
+    if a_q.shape[1] != w_q.shape[1]:
+        raise InputError(f"exact_accumulator: reduction depths differ (a_q K={a_q.shape[1]}, w_q K={w_q.shape[1]})")
+    if a_q.device != w_q.device:
+        raise InputError(f"exact_accumulator: a_q on {a_q.device}, w_q on {w_q.device}")
+
+
+def _fp64_product(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    return (a_q.to(torch.float64) @ w_q.to(torch.float64).T).to(torch.int64)
+
+
+def exact_accumulator(
+    a_q: torch.Tensor,
+    w_q: torch.Tensor,
+    *,
+    path: AccumulatorPath = "auto",
+    chunk: int = FP64_EXACT_DEPTH,
+) -> torch.Tensor:
+    """``a_q[M,K] · w_q[N,K]ᵀ`` as exact int64 [M,N], on the operands' device.
+
+    ``auto`` takes one float64 matmul while K*16384 <= 2**53 and the chunked int64 path beyond.
+    ``int64`` forces the chunked path with ``chunk`` columns per float64 matmul (at most 2**39),
+    so it can be checked against the single-matmul path at depths where both apply.
+    """
+    _check_operands(a_q, w_q)
+    k = a_q.shape[1]
+    if path not in ("auto", "fp64", "int64"):
+        raise InputError(f"exact_accumulator: unknown path {path!r} (expected auto, fp64 or int64)")
+    if not 1 <= chunk <= FP64_EXACT_DEPTH:
+        raise InputError(f"exact_accumulator: chunk={chunk} outside [1, {FP64_EXACT_DEPTH}] (float64 exactness)")
+    if path == "fp64" and k > FP64_EXACT_DEPTH:
+        raise InputError(f"exact_accumulator: K={k} too deep for one exact float64 matmul (max {FP64_EXACT_DEPTH})")
+    if path == "fp64" or (path == "auto" and k <= FP64_EXACT_DEPTH):
+        return _fp64_product(a_q, w_q)
+    acc = torch.zeros(a_q.shape[0], w_q.shape[0], dtype=torch.int64, device=a_q.device)
+    for start in range(0, k, chunk):
+        acc += _fp64_product(a_q[:, start:start + chunk], w_q[:, start:start + chunk])
+    return acc
+
+
+def wrap_int32(acc: torch.Tensor) -> torch.Tensor:
+    """The int32 a kernel's accumulator holds for the exact sum ``acc``: two's-complement wrap."""
+    if acc.dtype != torch.int64:
+        raise InputError(f"wrap_int32: accumulator dtype {acc.dtype} is not torch.int64")
+    low = acc & 0xFFFFFFFF
+    return torch.where(low >= 2**31, low - 2**32, low).to(torch.int32)

@@ -1,0 +1,61 @@
+"""Correct rounding of float32/float64 to bfloat16, decided on the integer bits.
+
+Both kernels' last step is a float32 -> bf16 cast, and the faults include a truncating one, so the
+project needs both modes bit-exact on any device. Float64 input is rounded once, directly from its
+own bits: going through float32 first could round twice (onto a bf16 tie, then to even).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ..errors import InputError
+from .bits import BFLOAT16, FLOAT32, FLOAT64, assemble, fields, format_of
+
+RoundingMode = Literal["rne", "rtz"]
+
+_BF16_EMIN = 1 - BFLOAT16.bias  # -126: smallest normal exponent; below it the spacing stays 2**-133
+_BF16_INF = BFLOAT16.exp_max << BFLOAT16.frac_bits  # 0x7F80
+_BF16_MAX_FINITE = _BF16_INF - 1  # 0x7F7F
+_BF16_QUIET = 1 << (BFLOAT16.frac_bits - 1)  # 0x0040
+_MAX_SHIFT = 62  # any larger shift also leaves 0 with no round-up (significands are < 2**53)
+
+
+def bf16_round(x: torch.Tensor, mode: RoundingMode = "rne") -> torch.Tensor:
+    """Round ``x`` (float32 or float64) to bfloat16: ``rne`` nearest-even or ``rtz`` toward zero.
+
+    Subnormal results are rounded at bf16's fixed subnormal spacing; overflow gives inf under
+    ``rne`` and the largest finite bf16 under ``rtz``; ±inf and signed zeros are kept; a NaN stays
+    a NaN with its sign and leading payload bits, and its quiet bit set.
+    """
+    if mode not in ("rne", "rtz"):
+        raise InputError(f"bf16_round: unknown rounding mode {mode!r} (expected 'rne' or 'rtz')")
+    fmt = format_of(x, (FLOAT32, FLOAT64), "bf16_round input")
+    sign, exp, frac = fields(x, fmt)
+
+    # value = sig * 2**(e - frac_bits); subnormal inputs share the minimum exponent.
+    e = exp.clamp(min=1) - fmt.bias
+    sig = frac | ((exp > 0).to(torch.int64) << fmt.frac_bits)
+    # Keep 8 significant bits (7 stored + hidden), fewer where the result is a bf16 subnormal.
+    shift = ((fmt.frac_bits - BFLOAT16.frac_bits) + (_BF16_EMIN - e).clamp(min=0)).clamp(max=_MAX_SHIFT)
+    kept = sig >> shift
+    if mode == "rne":
+        one = torch.ones_like(shift)
+        dropped = sig & ((one << shift) - 1)
+        half = one << (shift - 1)
+        round_up = (dropped > half) | ((dropped == half) & ((kept & 1) == 1))
+        kept = kept + round_up.to(torch.int64)
+        ceiling = _BF16_INF
+    else:
+        ceiling = _BF16_MAX_FINITE
+    # ``kept`` carries the hidden bit, so adding it to (biased bf16 exponent - 1) << 7 yields the
+    # exponent and fraction fields; a carry out of the fraction bumps the exponent by itself.
+    magnitude = ((e - _BF16_EMIN).clamp(min=0) << BFLOAT16.frac_bits) + kept
+    magnitude = magnitude.clamp(max=ceiling)
+
+    nan = _BF16_INF | _BF16_QUIET | (frac >> (fmt.frac_bits - BFLOAT16.frac_bits))
+    special = torch.where(frac != 0, nan, torch.full_like(nan, _BF16_INF))
+    magnitude = torch.where(exp == fmt.exp_max, special, magnitude)
+    return assemble(sign, magnitude, BFLOAT16)

@@ -1,0 +1,85 @@
+"""What a result was computed with: interpreter, libraries, device, and the project checkout.
+
+Kernel outputs depend on library versions and the device, so every manifest carries these
+facts; ``audit.diff`` then names them when two runs disagree.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .hashing import PACKAGE_ROOT
+
+LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "triton",
+             "snakemake", "compressed-tensors", "vllm")
+# Variables that change kernel arithmetic or its determinism (TRITON_INTERPRET changes bf16 casts).
+ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+NO_GIT = "no git history"
+
+
+def library_versions() -> dict[str, str]:
+    """Installed distribution versions; a library that is not installed is ``"absent"``."""
+    out: dict[str, str] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return done.stdout
+
+
+def git_state(project_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the checkout holding ``project_root`` (default: the package's).
+
+    Outside a git checkout (an unpacked archive, a wheel install) the commit is recorded as
+    ``"no git history"`` with the reason, and ``dirty`` as ``None`` (unknown), never as clean.
+    """
+    root = Path(project_root) if project_root is not None else PACKAGE_ROOT
+    try:
+        commit = _git(root, "rev-parse", "--verify", "HEAD").strip()
+        status = _git(root, "status", "--porcelain", "--untracked-files=normal")
+    except FileNotFoundError:
+        return {"commit": NO_GIT, "dirty": None, "reason": "git is not installed"}
+    except subprocess.CalledProcessError as exc:
+        reason = (exc.stderr or "").strip().splitlines()
+        return {"commit": NO_GIT, "dirty": None, "reason": reason[0] if reason else f"git exit {exc.returncode}"}
+    except subprocess.TimeoutExpired:
+        return {"commit": NO_GIT, "dirty": None, "reason": "git timed out"}
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def device_facts(device: Any = None) -> dict[str, str]:
+    """``int8alibi.device.describe`` of ``device`` (a torch.device or config string; None = auto)."""
+    import torch
+
+    from ..device import describe, resolve_device
+
+    if device is None or isinstance(device, str):
+        device = resolve_device(device or "auto")
+    return describe(torch.device(device))
+
+
+def collect(device: Any = None, project_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Everything a manifest records about where it ran."""
+    return {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "libraries": library_versions(),
+        "env": {name: os.environ.get(name, "unset") for name in ENV_VARS},
+        "device": device_facts(device),
+        "git": git_state(project_root),
+    }

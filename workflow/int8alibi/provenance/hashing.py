@@ -1,0 +1,150 @@
+"""SHA-256 digests of files, directory trees, canonical JSON and the package's own code.
+
+Manifests identify everything by content, never by name or timestamp, so a reviewer can tell
+whether two runs saw the same bytes. Code digests let a stage rerun exactly when its code changed
+(Snakemake does not see edits inside an imported package).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_NAME = PACKAGE_ROOT.name
+_CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks (checkpoints are gigabytes)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be hashed ({exc.strerror or exc})") from exc
+    return digest.hexdigest()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return Path(value).as_posix()
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        return item()
+    raise TypeError(f"{type(value).__name__} value {value!r} has no canonical JSON form")
+
+
+def canonical_json(obj: Any) -> str:
+    """One text per value: sorted keys, no whitespace, UTF-8, no NaN/inf (JSON has none)."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+        default=_json_default,
+    )
+
+
+def listing_digest(hashes: Mapping[str, str]) -> str:
+    """Digest of a ``{relative path: sha256}`` listing: names and contents both count."""
+    digest = hashlib.sha256()
+    for rel in sorted(hashes):
+        digest.update(f"{rel}\0{hashes[rel]}\n".encode())
+    return digest.hexdigest()
+
+
+def tree_hashes(root: str | os.PathLike[str]) -> dict[str, str]:
+    """``{posix path relative to root: sha256}`` for every file under ``root`` (file symlinks followed)."""
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError(f"{root}: not a directory")
+    out: dict[str, str] = {}
+    for dirpath, _dirs, files in os.walk(base):
+        for name in files:
+            path = Path(dirpath) / name
+            out[path.relative_to(base).as_posix()] = sha256_file(path)
+    return out
+
+
+def sha256_tree(root: str | os.PathLike[str]) -> str:
+    """Digest of a directory: its file names and the bytes of each file."""
+    return listing_digest(tree_hashes(root))
+
+
+def package_digest() -> str:
+    """Digest of every ``.py`` file of the installed int8alibi package (paths and bytes)."""
+    hashes = {
+        path.relative_to(PACKAGE_ROOT).as_posix(): sha256_file(path)
+        for path in PACKAGE_ROOT.rglob("*.py")
+    }
+    return listing_digest(hashes)
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != PACKAGE_NAME:
+        return None
+    base = PACKAGE_ROOT.joinpath(*parts[1:])
+    if len(parts) > 1 and base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def _imported_names(name: str, path: Path) -> set[str]:
+    """Names of int8alibi modules that ``path`` may import (static, including function-level imports)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                pkg_parts = package.split(".")
+                base = ".".join(pkg_parts[: len(pkg_parts) - (node.level - 1)])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {n for n in found if n.split(".")[0] == PACKAGE_NAME}
+
+
+def module_closure(module_names: Iterable[str]) -> list[str]:
+    """Package-relative paths of the given modules, their parent packages and every int8alibi
+    module they import, transitively. Unknown starting modules are an error."""
+    todo: list[str] = []
+    for name in module_names:
+        if _module_file(name) is None:
+            raise InputError(f"module {name!r}: not a module of the {PACKAGE_NAME} package")
+        todo.append(name)
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(name)
+        if path is None:  # ``from . import attribute``: not a module, nothing to add
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(_imported_names(name, path))
+    return sorted(path.relative_to(PACKAGE_ROOT).as_posix() for path in seen.values())
+
+
+def stage_code_digest(module_names: Iterable[str]) -> str:
+    """Digest of exactly the package code the given modules can run (see ``module_closure``)."""
+    return listing_digest({rel: sha256_file(PACKAGE_ROOT / rel) for rel in module_closure(module_names)})

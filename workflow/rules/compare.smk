@@ -1,0 +1,28 @@
+rule compare:
+    input:
+        index=rules.capture.output.index,
+        predictions=rules.prediction.output.predictions,
+        protocol=protocol_files("compare"),
+    output:
+        layers=f"{RESULTS}/compare/layers.parquet",
+        summary=f"{RESULTS}/compare/summary.parquet",
+        manifest=f"{RESULTS}/compare/manifest.json",
+    params:
+        code=code_digest("compare"),
+        cfg=config_digest(config, ["arms", "device", "exploratory"]),
+        # the pinned prediction digest: a new pin reruns compare
+        pin=GATE.data_pins.get("predictions", "unpinned"),
+    log:
+        "logs/compare.log",
+    benchmark:
+        "benchmarks/compare.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        gpu=use_gpu(config),
+    shell:
+        stage_cmd(
+            "compare",
+            f"{RESULTS}/compare",
+            "--input index={input.index} --input predictions={input.predictions}",
+        ) + " 2> {log}"

@@ -1,0 +1,59 @@
+CHECKPOINTS_GENERATED = ["own", "pow2-nearest", "pow2-ceiling"]
+
+
+rule generate:
+    """One greedy generation artifact: one arm, one checkpoint, one fresh process."""
+    input:
+        gate=rules.requant.output.gate,
+        protocol=protocol_files("determinism"),
+    output:
+        tokens=f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet",
+        identity=f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.identity.json",
+    wildcard_constraints:
+        checkpoint="|".join(CHECKPOINTS_GENERATED),
+        run="[12]",
+    params:
+        code=code_digest("determinism"),
+        cfg=config_digest(config, ["model", "size_profile", "corpus", "device"]),
+    log:
+        "logs/generate/{arm}_{checkpoint}_{run}.log",
+    benchmark:
+        "benchmarks/generate/{arm}_{checkpoint}_{run}.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        gpu=use_gpu(config),
+    shell:
+        stage_cmd(
+            "generate",
+            f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}",
+            "--input gate={input.gate} --param arm={wildcards.arm}"
+            " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}",
+        ) + " 2> {log}"
+
+
+rule determinism:
+    """Agreement across arms and runs, joined under the identity contract (fails closed)."""
+    input:
+        runs=expand(
+            f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet",
+            arm=ARMS,
+            checkpoint=CHECKPOINTS_GENERATED,
+            run=[1, 2],
+        ),
+        protocol=protocol_files("determinism"),
+    output:
+        generations=f"{RESULTS}/determinism/generations.parquet",
+        agreement=f"{RESULTS}/determinism/agreement.parquet",
+        summary=f"{RESULTS}/determinism/summary.parquet",
+        manifest=f"{RESULTS}/determinism/manifest.json",
+    params:
+        code=code_digest("determinism"),
+    log:
+        "logs/determinism.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    shell:
+        stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={RESULTS}/determinism/runs")
+        + " 2> {log}"

@@ -1,0 +1,20 @@
+rule prediction:
+    input:
+        index=rules.capture.output.index,
+        protocol=protocol_files("prediction"),
+    output:
+        predictions=f"{RESULTS}/prediction/predictions.parquet",
+        manifest=f"{RESULTS}/prediction/manifest.json",
+    params:
+        code=code_digest("prediction"),
+        cfg=config_digest(config, ["device"]),
+    log:
+        "logs/prediction.log",
+    benchmark:
+        "benchmarks/prediction.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        gpu=use_gpu(config),
+    shell:
+        stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log}"
