@@ -1,0 +1,92 @@
+"""exact_accumulator and wrap_int32 at the depths where int32 stops being enough."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from int8alibi.arith import INT32_PRODUCT_BOUND, exact_accumulator, int32_bound_holds, wrap_int32
+from int8alibi.errors import InputError
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
+
+K_MAX = 132_104  # the deepest K with 16256*K < 2**31
+
+
+def python_wrap(v: int) -> int:
+    """Two's-complement int32 wrap, in Python integers (an independent route)."""
+    return (v + 2**31) % 2**32 - 2**31
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paths_agree_with_integer_matmul_on_random_operands(device: str) -> None:
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (7, 301), generator=gen, dtype=torch.int8)
+    w = torch.randint(-128, 128, (5, 301), generator=gen, dtype=torch.int8)
+    reference = a.to(torch.int64) @ w.to(torch.int64).T  # CPU int64 matmul, no float involved
+    for path, chunk in (("auto", None), ("fp64", None), ("int64", 7), ("int64", 301), ("int64", 1000)):
+        kwargs = {"path": path} if chunk is None else {"path": path, "chunk": chunk}
+        acc = exact_accumulator(a.to(device), w.to(device), **kwargs)
+        assert acc.dtype == torch.int64 and acc.device.type == device
+        assert torch.equal(acc.cpu(), reference), (path, chunk)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k", [1, 4096, K_MAX, K_MAX + 1])
+def test_extreme_operands_up_to_the_int32_bound(device: str, k: int) -> None:
+    a = torch.full((2, k), -128, dtype=torch.int8, device=device)
+    w = torch.full((3, k), -127, dtype=torch.int8, device=device)
+    closed_form = k * INT32_PRODUCT_BOUND
+    fp64 = exact_accumulator(a, w, path="fp64")
+    chunked = exact_accumulator(a, w, path="int64", chunk=4096)
+    assert torch.equal(fp64, chunked)
+    assert bool((fp64 == closed_form).all())
+
+    wrapped = wrap_int32(fp64)
+    assert bool((wrapped == python_wrap(closed_form)).all())
+    assert torch.equal(wrapped.to(torch.int64), fp64) == int32_bound_holds(k)
+    if not int32_bound_holds(k):
+        assert bool((wrapped < 0).all())  # the positive exact sum wraps negative
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_minus128_squared_wraps_exactly_at_2_pow_31(device: str) -> None:
+    # (-128)*(-128) = 16384 = 2**14 is outside the quantizers' range, and reaches 2**31 at K = 2**17.
+    for k, expected_wrap in ((2**17 - 1, 2**31 - 2**14), (2**17, -(2**31))):
+        a = torch.full((1, k), -128, dtype=torch.int8, device=device)
+        acc = exact_accumulator(a, a, path="int64", chunk=10_000)
+        assert int(acc.item()) == k * 2**14 == int(exact_accumulator(a, a).item())
+        assert int(wrap_int32(acc).item()) == expected_wrap == python_wrap(k * 2**14)
+
+
+def test_wrap_int32_boundaries_match_python_wrap() -> None:
+    values = [0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**32 + 5, -(2**32) - 5,
+              2**62 + 2**31, -(2**63), 2**63 - 1]
+    got = wrap_int32(torch.tensor(values, dtype=torch.int64))
+    assert got.dtype == torch.int32
+    assert got.tolist() == [python_wrap(v) for v in values]
+
+
+def test_empty_reduction_is_zero() -> None:
+    a = torch.zeros((2, 0), dtype=torch.int8)
+    w = torch.zeros((3, 0), dtype=torch.int8)
+    assert torch.equal(exact_accumulator(a, w), torch.zeros(2, 3, dtype=torch.int64))
+    assert torch.equal(exact_accumulator(a, w, path="int64"), torch.zeros(2, 3, dtype=torch.int64))
+
+
+def test_bad_operands_raise() -> None:
+    a = torch.zeros((2, 4), dtype=torch.int8)
+    with pytest.raises(InputError, match="a_q must be a 2-D int8"):
+        exact_accumulator(a.to(torch.int32), a)
+    with pytest.raises(InputError, match="w_q must be a 2-D int8"):
+        exact_accumulator(a, a[0])
+    with pytest.raises(InputError, match="reduction depths differ"):
+        exact_accumulator(a, a[:, :3])
+    with pytest.raises(InputError, match="unknown path"):
+        exact_accumulator(a, a, path="int32")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="chunk=0"):
+        exact_accumulator(a, a, path="int64", chunk=0)
+    with pytest.raises(InputError, match="chunk="):
+        exact_accumulator(a, a, path="int64", chunk=2**39 + 1)
+    with pytest.raises(InputError, match="not torch.int64"):
+        wrap_int32(torch.zeros(2, dtype=torch.int32))
