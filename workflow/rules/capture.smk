@@ -10,9 +10,9 @@ rule capture:
         code=code_digest("capture"),
         cfg=config_digest(config, ["model", "size_profile", "corpus", "device", "arms"]),
     log:
-        "logs/capture.log",
+        f"{LOGS}/capture.log",
     benchmark:
-        "benchmarks/capture.tsv"
+        f"{BENCHMARKS}/capture.tsv"
     threads: workflow.cores
     resources:
         mem_mb=16000,

@@ -24,6 +24,10 @@ except Int8AlibiError as exc:
     _stop(exc)
 
 RESULTS = config.get("results", "results")
+# One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
+_RUN = "" if RESULTS == "results" else "/" + Path(RESULTS).name
+LOGS = f"logs{_RUN}"
+BENCHMARKS = f"benchmarks{_RUN}"
 # The stages read the effective config (file + --config overrides) from one file, rewritten only
 # when its content changes so that it never triggers reruns by itself.
 RUN_CONFIG = write_effective_config(config, ROOT / RESULTS / ".run" / "config.yaml")

@@ -13,9 +13,9 @@ rule compare:
         # the pinned prediction digest: a new pin reruns compare
         pin=GATE.data_pins.get("predictions", "unpinned"),
     log:
-        "logs/compare.log",
+        f"{LOGS}/compare.log",
     benchmark:
-        "benchmarks/compare.tsv"
+        f"{BENCHMARKS}/compare.tsv"
     threads: workflow.cores
     resources:
         mem_mb=8000,

@@ -16,9 +16,9 @@ rule generate:
         code=code_digest("determinism"),
         cfg=config_digest(config, ["model", "size_profile", "corpus", "device"]),
     log:
-        "logs/generate/{arm}_{checkpoint}_{run}.log",
+        f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
-        "benchmarks/generate/{arm}_{checkpoint}_{run}.tsv"
+        f"{BENCHMARKS}/generate/{{arm}}_{{checkpoint}}_{{run}}.tsv"
     threads: workflow.cores
     resources:
         mem_mb=8000,
@@ -50,7 +50,7 @@ rule determinism:
     params:
         code=code_digest("determinism"),
     log:
-        "logs/determinism.log",
+        f"{LOGS}/determinism.log",
     threads: 1
     resources:
         mem_mb=2000,

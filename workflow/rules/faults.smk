@@ -12,9 +12,9 @@ rule faults:
         code=code_digest("faults"),
         cfg=config_digest(config, ["device", "exploratory"]),
     log:
-        "logs/faults.log",
+        f"{LOGS}/faults.log",
     benchmark:
-        "benchmarks/faults.tsv"
+        f"{BENCHMARKS}/faults.tsv"
     threads: workflow.cores
     resources:
         mem_mb=8000,
@@ -38,7 +38,7 @@ rule faults_smoke:
         code=code_digest("faults"),
         cfg=config_digest(config, ["device", "exploratory"]),
     log:
-        "logs/faults_smoke.log",
+        f"{LOGS}/faults_smoke.log",
     threads: workflow.cores
     resources:
         mem_mb=4000,

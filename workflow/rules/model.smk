@@ -7,9 +7,9 @@ rule model:
         code=code_digest("model"),
         cfg=config_digest(config, ["model"]),
     log:
-        "logs/model.log",
+        f"{LOGS}/model.log",
     benchmark:
-        "benchmarks/model.tsv"
+        f"{BENCHMARKS}/model.tsv"
     threads: workflow.cores
     resources:
         mem_mb=16000,

@@ -11,9 +11,9 @@ rule perplexity:
         code=code_digest("perplexity"),
         cfg=config_digest(config, ["model", "size_profile", "corpus", "device", "arms"]),
     log:
-        "logs/perplexity.log",
+        f"{LOGS}/perplexity.log",
     benchmark:
-        "benchmarks/perplexity.tsv"
+        f"{BENCHMARKS}/perplexity.tsv"
     threads: workflow.cores
     resources:
         mem_mb=16000,

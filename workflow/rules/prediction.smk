@@ -9,9 +9,9 @@ rule prediction:
         code=code_digest("prediction"),
         cfg=config_digest(config, ["device"]),
     log:
-        "logs/prediction.log",
+        f"{LOGS}/prediction.log",
     benchmark:
-        "benchmarks/prediction.tsv"
+        f"{BENCHMARKS}/prediction.tsv"
     threads: workflow.cores
     resources:
         mem_mb=8000,

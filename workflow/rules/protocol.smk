@@ -7,7 +7,7 @@ rule protocol:
     params:
         code=code_digest("protocol"),
     log:
-        "logs/protocol.log",
+        f"{LOGS}/protocol.log",
     threads: 1
     resources:
         mem_mb=1000,

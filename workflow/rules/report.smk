@@ -9,7 +9,7 @@ rule report:
     params:
         code=code_digest("report"),
     log:
-        "logs/report.log",
+        f"{LOGS}/report.log",
     threads: 1
     resources:
         mem_mb=2000,

@@ -10,9 +10,9 @@ rule requant:
         code=code_digest("requant"),
         cfg=config_digest(config, ["model"]),
     log:
-        "logs/requant.log",
+        f"{LOGS}/requant.log",
     benchmark:
-        "benchmarks/requant.tsv"
+        f"{BENCHMARKS}/requant.tsv"
     threads: workflow.cores
     resources:
         mem_mb=16000,

@@ -1,0 +1,380 @@
+"""Re-verify recorded runs and explain how two runs differ, without rerunning anything.
+
+``verify`` re-hashes every file each manifest names, checks each manifest's own digest and the
+protocol it recorded; ``diff`` compares two runs field by field, per stage, and says which
+recorded causes (params, inputs, protocol, code, environment) accompany a change in outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import Int8AlibiError, ManifestError
+from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
+from .manifest import MANIFEST_NAME, inferred_root, load_manifest, manifest_digest, resolve_recorded
+from .parquet import content_digest, read_arrow
+
+ERROR, NOTICE = "error", "notice"
+ABSENT = "(absent)"
+SECTIONS = ("outputs", "inputs", "params", "protocol", "code", "environment", "arms", "exploratory",
+            "extra", "stage", "stage_dir", "format")
+CAUSES = ("inputs", "params", "protocol", "code", "environment", "arms", "exploratory", "extra")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verification result: ``error`` means the run no longer verifies, ``notice`` informs."""
+
+    level: str
+    manifest: str
+    subject: str
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.level}: {self.manifest}: {self.subject}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field that differs between two runs of a stage (``ABSENT`` where one run lacks it)."""
+
+    stage: str
+    field: str
+    a: Any
+    b: Any
+
+    def text(self) -> str:
+        return f"{self.field}: {_show(self.a)} -> {_show(self.b)}"
+
+
+def _show(value: Any) -> str:
+    return value if value == ABSENT else canonical_json(value)
+
+
+def find_manifests(path: Path) -> list[Path]:
+    """``path`` itself if it is a manifest, else every manifest.json below it, in path order."""
+    if path.is_file():
+        return [path]
+    return sorted(path.rglob(MANIFEST_NAME))
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
+    """Reasons why the file or directory at ``path`` no longer matches its record (empty: matches)."""
+    if rec.get("kind") == "dir":
+        if not path.is_dir():
+            return [f"missing (recorded directory, now {'a file' if path.exists() else 'absent'})"]
+        now = tree_hashes(path)
+        then: Mapping[str, str] = rec.get("files", {})
+        reasons = [f"file {rel} missing" for rel in sorted(set(then) - set(now))]
+        reasons += [f"file {rel} added" for rel in sorted(set(now) - set(then))]
+        reasons += [f"file {rel} changed (recorded {then[rel]}, now {now[rel]})"
+                    for rel in sorted(set(now) & set(then)) if now[rel] != then[rel]]
+        if not reasons and listing_digest(now) != rec["sha256"]:
+            reasons.append(f"directory digest changed (recorded {rec['sha256']}, now {listing_digest(now)})")
+        return reasons
+    if not path.is_file():
+        return ["missing"]
+    now_sha = sha256_file(path)
+    if now_sha == rec["sha256"]:
+        return []
+    reason = f"sha256 changed (recorded {rec['sha256']}, now {now_sha}; bytes {rec.get('bytes')} -> {path.stat().st_size})"
+    if "content_digest" in rec:
+        try:
+            table = read_arrow(path)
+        except Int8AlibiError:
+            return [f"{reason}; no longer a readable Parquet file"]
+        if content_digest(table) == rec["content_digest"]:
+            return [f"{reason}; table content identical (re-encoded only)"]
+        return [f"{reason}; table content changed (rows {rec.get('rows')} -> {table.num_rows})"]
+    return [reason]
+
+
+def _protocol_module() -> tuple[Any, str]:
+    try:
+        return importlib.import_module("int8alibi.protocol"), ""
+    except ImportError as exc:
+        return None, f"int8alibi.protocol is unavailable ({exc})"
+
+
+def _stage_reads(protocol: Any, stage: str, protocol_root: str) -> set[str] | None:
+    """Protocol files the stage reads, without the protocol-root prefix; None when unknown."""
+    stage_files = getattr(protocol, "STAGE_FILES", None) if protocol is not None else None
+    if not isinstance(stage_files, Mapping) or stage not in stage_files:
+        return None
+    return {_strip_root(f, protocol_root) for f in stage_files[stage]}
+
+
+def _strip_root(rel: str, protocol_root: str) -> str:
+    return rel.removeprefix(f"{protocol_root.rstrip('/')}/")
+
+
+def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, protocol: Any,
+                    unavailable: str) -> list[Finding]:
+    """Recorded protocol files must still hash to their pins; a later amendment is reported."""
+    recorded = manifest["protocol"]
+    proot = recorded.get("root", "preregistration")
+    pins = recorded.get("pins", {})
+    reads = _stage_reads(protocol, manifest["stage"], proot)
+    scope = "read by this stage" if reads is not None else "stage's protocol files unknown, so all count"
+    out: list[Finding] = []
+    for rel, sha in sorted(pins.get("files", {}).items()):
+        level = ERROR if reads is None or _strip_root(rel, proot) in reads else NOTICE
+        path = root / rel if (root / rel).exists() else root / proot / rel
+        subject = f"protocol file {rel}"
+        if not path.is_file():
+            out.append(Finding(level, where, subject, f"missing ({scope})" if level == ERROR else
+                               "missing (not read by this stage)"))
+        elif (now := sha256_file(path)) != sha:
+            out.append(Finding(level, where, subject, f"changed since this stage ran (recorded {sha}, now {now}; "
+                               + (scope if level == ERROR else "not read by this stage") + ")"))
+    if protocol is None:
+        out.append(Finding(ERROR, where, "protocol", f"protocol check not possible: {unavailable}"))
+        return out
+    try:
+        current = protocol.current_pins(root)
+    except Int8AlibiError as exc:
+        out.append(Finding(ERROR, where, "protocol", f"protocol in force does not verify: {exc}"))
+        return out
+    if current.get("amendment") != pins.get("amendment"):
+        out.append(Finding(NOTICE, where, "protocol", f"amended since this stage ran "
+                           f"({pins.get('amendment')} -> {current.get('amendment')})"))
+    for key in sorted(set(pins.get("data", {})) | set(current.get("data", {}))):
+        then, now = pins.get("data", {}).get(key, ABSENT), current.get("data", {}).get(key, ABSENT)
+        if then != now:
+            out.append(Finding(NOTICE, where, f"pinned data {key}", f"pin changed since this stage ran "
+                               f"({_show(then)} -> {_show(now)})"))
+    return out
+
+
+def _verify_manifest(path: Path, where: str, project_root: Path | None, protocol: Any,
+                     unavailable: str) -> tuple[list[Finding], Path | None]:
+    try:
+        manifest = load_manifest(path)
+    except ManifestError as exc:
+        return [Finding(ERROR, where, "manifest", str(exc))], None
+    out: list[Finding] = []
+    digest = manifest_digest(manifest)
+    if digest != manifest["digest"]:
+        out.append(Finding(ERROR, where, "manifest", f"digest mismatch (recorded {manifest['digest']}, "
+                           f"computed {digest}): the manifest was edited after it was written"))
+    stage_dir = manifest["stage_dir"]
+    root = project_root or inferred_root(path, stage_dir)
+    for role in ("outputs", "inputs"):
+        for rec in manifest[role]:
+            where_now = resolve_recorded(rec["path"], path, stage_dir, project_root)
+            for reason in _check_file(rec, where_now):
+                out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", reason))
+    out.extend(_check_protocol(manifest, where, root, protocol, unavailable))
+    return out, root
+
+
+def verify(results_dir: str | Path, project_root: str | Path | None = None) -> list[Finding]:
+    """Every problem with every manifest under ``results_dir`` (empty list: everything verifies).
+
+    The project root (for inputs and protocol files) is inferred from each manifest's location
+    unless given. The protocol chain is checked once per project root with
+    ``int8alibi.protocol.gate``; when that module is missing the finding says so.
+    """
+    base = Path(results_dir)
+    given_root = Path(project_root) if project_root is not None else None
+    if not base.exists():
+        return [Finding(ERROR, str(base), "results", "does not exist")]
+    manifests = find_manifests(base)
+    if not manifests:
+        return [Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
+    protocol, unavailable = _protocol_module()
+    findings: list[Finding] = []
+    roots: dict[Path, str] = {}
+    for path in manifests:
+        found, root = _verify_manifest(path, path.as_posix(), given_root, protocol, unavailable)
+        findings.extend(found)
+        if root is not None:
+            roots.setdefault(root.resolve(), path.as_posix())
+    for root, where in roots.items():
+        findings.extend(_check_chain(root, protocol, unavailable))
+    return findings
+
+
+def _check_chain(root: Path, protocol: Any, unavailable: str) -> list[Finding]:
+    where = root.as_posix()
+    gate = getattr(protocol, "gate", None)
+    if gate is None:
+        why = unavailable or "int8alibi.protocol has no gate()"
+        return [Finding(ERROR, where, "amendment chain", f"chain check not possible: {why}")]
+    try:
+        gate(root)
+    except Int8AlibiError as exc:
+        return [Finding(ERROR, where, "amendment chain", str(exc))]
+    return []
+
+
+def verify_main(argv: list[str] | None = None) -> int:
+    """``int8alibi verify``: 0 when everything verifies, 1 when anything does not."""
+    parser = argparse.ArgumentParser(
+        prog="int8alibi verify",
+        description="Re-hash every output and input named by the manifests under RESULTS, check each "
+                    "manifest's digest, the protocol files it pinned, and the amendment chain.")
+    parser.add_argument("results", nargs="?", default="results", type=Path,
+                        help="a results folder, a stage folder or one manifest.json (default: results)")
+    parser.add_argument("--project-root", type=Path, default=None,
+                        help="project checkout holding preregistration/ (default: inferred per manifest)")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = parser.parse_args(argv)
+    findings = verify(args.results, args.project_root)
+    manifests = find_manifests(args.results) if args.results.exists() else []
+    errors = sum(f.level == ERROR for f in findings)
+    if args.json:
+        report = {"manifests": [m.as_posix() for m in manifests], "errors": errors,
+                  "findings": [asdict(f) for f in findings]}
+        print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        for finding in findings:
+            print(finding.text())
+        print(f"verified {len(manifests)} manifest(s): {errors} error(s), {len(findings) - errors} notice(s)")
+    return 1 if errors else 0
+
+
+# ----------------------------------------------------------------------------- diff
+
+
+def _key(name: str) -> str:
+    return f".{name}" if name.isidentifier() else f"[{name}]"
+
+
+def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """Leaf fields of a manifest; output/input lists are keyed by path and arms by name."""
+    if isinstance(value, Mapping) and value:
+        for name in sorted(value):
+            yield from _flatten(value[name], f"{prefix}{_key(str(name))}")
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        label = next((k for k in ("path", "name") if all(k in v for v in value)
+                      and len({str(v[k]) for v in value}) == len(value)), None)
+        for i, item in enumerate(value):
+            tag = str(item[label]) if label else str(i)
+            rest = {k: v for k, v in item.items() if k != label}
+            yield from _flatten(rest, f"{prefix}[{tag}]")
+    else:
+        yield prefix, value
+
+
+def _fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section in manifest:
+        if section == "digest" or section in ("recorded_at",):
+            continue
+        out.update(_flatten(manifest[section], section))
+    return out
+
+
+def _section(field: str) -> str:
+    return field.split(".", 1)[0].split("[", 1)[0]
+
+
+def _order(field: str) -> tuple[int, str]:
+    section = _section(field)
+    return (SECTIONS.index(section) if section in SECTIONS else len(SECTIONS), field)
+
+
+def _load_run(run: Path) -> dict[str, dict[str, Any]]:
+    if not run.exists():
+        raise ManifestError(f"{run}: does not exist")
+    by_stage: dict[str, dict[str, Any]] = {}
+    for path in find_manifests(run):
+        manifest = load_manifest(path)
+        if manifest["stage"] in by_stage:
+            raise ManifestError(f"{path}: a second manifest for stage {manifest['stage']!r} in {run}")
+        by_stage[manifest["stage"]] = manifest
+    if not by_stage:
+        raise ManifestError(f"{run}: no {MANIFEST_NAME} found")
+    return by_stage
+
+
+def diff(run_a: str | Path, run_b: str | Path) -> list[Difference]:
+    """Every recorded field that differs between two runs, per stage, in a stable order.
+
+    Timestamps and the manifests' own digests are not compared (they differ by construction).
+    """
+    a, b = _load_run(Path(run_a)), _load_run(Path(run_b))
+    out: list[Difference] = []
+    for stage in sorted(set(a) | set(b)):
+        if stage not in a or stage not in b:
+            out.append(Difference(stage, "manifest", "present" if stage in a else ABSENT,
+                                  "present" if stage in b else ABSENT))
+            continue
+        fa, fb = _fields(a[stage]), _fields(b[stage])
+        for field in sorted(set(fa) | set(fb), key=_order):
+            va, vb = fa.get(field, ABSENT), fb.get(field, ABSENT)
+            if canonical_json(va) != canonical_json(vb):
+                out.append(Difference(stage, field, va, vb))
+    return out
+
+
+def explain(differences: list[Difference]) -> dict[str, str]:
+    """Per stage, why its outputs differ as far as the manifests can tell."""
+    by_stage: dict[str, list[Difference]] = {}
+    for d in differences:
+        by_stage.setdefault(d.stage, []).append(d)
+    out: dict[str, str] = {}
+    for stage, diffs in by_stage.items():
+        if diffs[0].field == "manifest":
+            out[stage] = "the stage ran in only one of the two runs"
+            continue
+        sections = {_section(d.field) for d in diffs}
+        causes = [c for c in CAUSES if c in sections]
+        outputs = [d for d in diffs if _section(d.field) == "outputs"]
+        if not outputs:
+            out[stage] = f"outputs identical despite differences in {', '.join(causes)}"
+        elif causes:
+            out[stage] = f"outputs differ; recorded causes: {', '.join(causes)}"
+        elif all(d.field.endswith(("].sha256", "].bytes")) for d in outputs):
+            out[stage] = ("outputs differ in file bytes only (table content identical) with identical "
+                          "inputs, params, protocol, code and environment: the files were re-encoded")
+        else:
+            out[stage] = ("outputs differ with identical inputs, params, protocol, code and environment: "
+                          "the stage is not deterministic, or an output changed after the run (run verify)")
+    return out
+
+
+def diff_main(argv: list[str] | None = None) -> int:
+    """``int8alibi diff A B``: 0 when the runs agree, 1 when they differ, 2 when one cannot be read."""
+    parser = argparse.ArgumentParser(
+        prog="int8alibi diff",
+        description="Say which outputs, inputs, params, protocol pins, code and environment fields differ "
+                    "between two runs (results folders, stage folders or manifest files), per stage.")
+    parser.add_argument("run_a", type=Path)
+    parser.add_argument("run_b", type=Path)
+    parser.add_argument("--json", action="store_true", help="print the differences as JSON")
+    args = parser.parse_args(argv)
+    try:
+        differences = diff(args.run_a, args.run_b)
+    except Int8AlibiError as exc:
+        print(f"int8alibi diff: {exc}", file=sys.stderr)
+        return 2
+    why = explain(differences)
+    if args.json:
+        report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(),
+                  "differences": [asdict(d) for d in differences], "why": why}
+        print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        stage = None
+        for d in differences:
+            if d.stage != stage:
+                if stage is not None:
+                    print(f"  why: {why[stage]}")
+                stage = d.stage
+                print(f"stage {stage}")
+            print(f"  {d.text()}")
+        if stage is not None:
+            print(f"  why: {why[stage]}")
+        print(f"{len(differences)} difference(s) in {len(why)} stage(s) between {args.run_a} and {args.run_b}")
+    return 1 if differences else 0

@@ -1,0 +1,116 @@
+"""Small, dependency-free SVG charts for the report: deterministic text, embeddable inline.
+
+The report must be one self-contained HTML file whose bytes depend only on the tables, so the
+figures are written as plain SVG rather than through a plotting library with its own metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Sequence
+
+WIDTH = 640
+ROW = 22
+MARGIN_LEFT = 150
+PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+def _frame(height: float, title: str, body: list[str]) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{_num(height)}" '
+        f'viewBox="0 0 {WIDTH} {_num(height)}" role="img" aria-label="{escape(title)}">'
+        f'<title>{escape(title)}</title>'
+        f'<rect width="100%" height="100%" fill="white"/>'
+        f'<text x="8" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], unit: str = "") -> str:
+    """Horizontal bars, one per label; values must be finite and non-negative."""
+    top = max([v for v in values if math.isfinite(v)] + [1e-12])
+    plot = WIDTH - MARGIN_LEFT - 70
+    body = []
+    for i, (label, value) in enumerate(zip(labels, values)):
+        y = 28 + i * ROW
+        w = plot * (value / top) if math.isfinite(value) else 0
+        body.append(f'<text x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" text-anchor="end">{escape(label)}</text>')
+        body.append(f'<rect x="{MARGIN_LEFT}" y="{y + 3}" width="{_num(w)}" height="{ROW - 6}" fill="{PALETTE[0]}"/>')
+        body.append(f'<text x="{_num(MARGIN_LEFT + w + 4)}" y="{y + 14}" font-size="11">{escape(_num(value) + unit)}</text>')
+    return _frame(36 + len(labels) * ROW, title, body)
+
+
+def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float]]) -> str:
+    """Horizontal stacked bars (e.g. counts of ulp 0 / 1 / >1 per fault) with a legend."""
+    names = list(series)
+    totals = [sum(series[n][i] for n in names) for i in range(len(labels))]
+    top = max(totals + [1e-12])
+    plot = WIDTH - MARGIN_LEFT - 20
+    body = []
+    for i, label in enumerate(labels):
+        y = 28 + i * ROW
+        x = float(MARGIN_LEFT)
+        body.append(f'<text x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" text-anchor="end">{escape(label)}</text>')
+        for j, name in enumerate(names):
+            w = plot * series[name][i] / top
+            body.append(
+                f'<rect x="{_num(x)}" y="{y + 3}" width="{_num(w)}" height="{ROW - 6}" '
+                f'fill="{PALETTE[j % len(PALETTE)]}"><title>{escape(f"{label} {name}: {series[name][i]}")}</title></rect>'
+            )
+            x += w
+    legend_y = 36 + len(labels) * ROW
+    for j, name in enumerate(names):
+        x = MARGIN_LEFT + j * 110
+        body.append(f'<rect x="{x}" y="{legend_y}" width="10" height="10" fill="{PALETTE[j % len(PALETTE)]}"/>')
+        body.append(f'<text x="{x + 14}" y="{legend_y + 9}" font-size="11">{escape(name)}</text>')
+    return _frame(legend_y + 20, title, body)
+
+
+def heat_map(title: str, rows: Sequence[str], cols: Sequence[str], cells: Sequence[Sequence[float | None]]) -> str:
+    """A rows × cols grid of rates in [0, 1]; None is drawn grey and labelled n/a."""
+    cw = (WIDTH - MARGIN_LEFT - 10) / max(len(cols), 1)
+    body = []
+    for j, col in enumerate(cols):
+        body.append(f'<text x="{_num(MARGIN_LEFT + (j + 0.5) * cw)}" y="40" font-size="11" text-anchor="middle">{escape(col)}</text>')
+    for i, row in enumerate(rows):
+        y = 46 + i * ROW
+        body.append(f'<text x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" text-anchor="end">{escape(row)}</text>')
+        for j, value in enumerate(cells[i]):
+            x = MARGIN_LEFT + j * cw
+            if value is None:
+                fill, text = "#dddddd", "n/a"
+            else:
+                shade = int(round(255 * (1 - value)))
+                fill, text = f"rgb({shade},{shade},255)", _num(value)
+            body.append(f'<rect x="{_num(x)}" y="{y}" width="{_num(cw - 2)}" height="{ROW - 2}" fill="{fill}"/>')
+            color = "white" if value is not None and value > 0.6 else "black"
+            body.append(f'<text x="{_num(x + cw / 2)}" y="{y + 14}" font-size="10" text-anchor="middle" fill="{color}">{text}</text>')
+    return _frame(54 + len(rows) * ROW, title, body)
+
+
+def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lows: Sequence[float], highs: Sequence[float], unit: str = "") -> str:
+    """Point estimates with intervals on a shared horizontal axis that includes zero."""
+    finite = [v for v in list(points) + list(lows) + list(highs) if math.isfinite(v)]
+    lo, hi = min(finite + [0.0]), max(finite + [0.0])
+    span = (hi - lo) or 1.0
+    plot = WIDTH - MARGIN_LEFT - 90
+
+    def sx(v: float) -> float:
+        return MARGIN_LEFT + plot * (v - lo) / span
+
+    body = [f'<line x1="{_num(sx(0))}" y1="26" x2="{_num(sx(0))}" y2="{30 + len(labels) * ROW}" stroke="#999" stroke-dasharray="3,3"/>']
+    for i, label in enumerate(labels):
+        y = 28 + i * ROW + ROW / 2
+        body.append(f'<text x="{MARGIN_LEFT - 6}" y="{_num(y + 4)}" font-size="11" text-anchor="end">{escape(label)}</text>')
+        if math.isfinite(lows[i]) and math.isfinite(highs[i]):
+            body.append(f'<line x1="{_num(sx(lows[i]))}" y1="{_num(y)}" x2="{_num(sx(highs[i]))}" y2="{_num(y)}" stroke="{PALETTE[0]}" stroke-width="2"/>')
+        if math.isfinite(points[i]):
+            body.append(f'<circle cx="{_num(sx(points[i]))}" cy="{_num(y)}" r="4" fill="{PALETTE[3]}"/>')
+            body.append(f'<text x="{_num(WIDTH - 80)}" y="{_num(y + 4)}" font-size="11">{escape(_num(points[i]) + unit)}</text>')
+    return _frame(40 + len(labels) * ROW, title, body)
