@@ -26,9 +26,9 @@ def sweep(device: str, target_exponents: torch.Tensor) -> tuple[torch.Tensor, to
     """Values x at every normal exponent and scales 2^k with every normal k whose product lands at an
     exponent in ``target_exponents``; float32 significands random, with forced bf16 ties."""
     gen = torch.Generator().manual_seed(8)
-    frac = torch.randint(0, 2**23, (24,), generator=gen, dtype=torch.int64)
-    frac[:8] = (frac[:8] & ~0xFFFF) | 0x8000  # exactly halfway between two bf16 values
-    frac[8:12] = (frac[8:12] | 0xFFFF) & (2**23 - 1)  # round-up that carries into the exponent
+    frac = torch.randint(0, 2**23, (12,), generator=gen, dtype=torch.int64)
+    frac[:4] = (frac[:4] & ~0xFFFF) | 0x8000  # exactly halfway between two bf16 values
+    frac[4:6] = (frac[4:6] | 0xFFFF) & (2**23 - 1)  # round-up that carries into the exponent
     ex, k, fr = torch.meshgrid(NORMAL, NORMAL, frac, indexing="ij")
     keep = torch.isin(ex + k, target_exponents)
     ex, k, fr = ex[keep], k[keep], fr[keep]
@@ -42,7 +42,7 @@ def sweep(device: str, target_exponents: torch.Tensor) -> tuple[torch.Tensor, to
 @pytest.mark.parametrize("mode", ["rne", "rtz"])
 def test_pow2_scaling_commutes_with_rounding_over_the_whole_normal_range(device: str, mode: str) -> None:
     x, scale = sweep(device, NORMAL[:-1])  # products up to 2^126 * 1.99..: the rounded value stays finite
-    assert x.numel() > 500_000
+    assert x.numel() > 500_000  # every (exponent, scale) pair with a normal product, 12 significands each
     scaled_then_rounded = bf16_round(x * scale, mode)  # x * scale is exact: the product is normal
     rounded_then_scaled = bf16_round(bf16_round(x, mode).float() * scale, mode)
     assert torch.equal(bf16_bits(scaled_then_rounded), bf16_bits(rounded_then_scaled))
@@ -67,11 +67,15 @@ def test_a_subnormal_result_breaks_commutation() -> None:
 
 
 def test_nearest_rounding_fails_often_in_the_subnormal_range_but_truncation_does_not() -> None:
-    # Products landing at exponents -133..-127 (bf16 subnormals, still exact in float32).
+    # Products landing at exponents -133..-127 (bf16 subnormals); keep those float32 forms exactly,
+    # so only the bf16 rounding is under test.
     x, scale = sweep("cpu", torch.arange(-133, -126))
+    exact = (x * scale).double() == x.double() * scale.double()
+    x, scale = x[exact], scale[exact]
+    assert x.numel() > 1000
     product = x * scale
-    assert torch.equal(product.double(), x.double() * scale.double())
-    differs = bf16_bits(bf16_round(product, "rne")) != bf16_bits(bf16_round(bf16_round(x, "rne").float() * scale, "rne"))
+    rounded_then_scaled = bf16_round(bf16_round(x, "rne").float() * scale, "rne")
+    differs = bf16_bits(bf16_round(product, "rne")) != bf16_bits(rounded_then_scaled)
     assert int(differs.sum()) > 0
     # Truncation composes on nested grids (the subnormal grid is coarser than the scaled bf16 grid).
     rtz = bf16_bits(bf16_round(product, "rtz")) == bf16_bits(bf16_round(bf16_round(x, "rtz").float() * scale, "rtz"))

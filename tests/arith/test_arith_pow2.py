@@ -43,7 +43,9 @@ def test_exact_powers_stay_in_both_modes(device: str, dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("dtype", "below", "above"), [(torch.float32, F32_BELOW, F32_ABOVE),
                                                        (torch.bfloat16, BF16_BELOW, BF16_ABOVE)])
-def test_nearest_and_ceiling_just_below_and_above_sqrt2(device: str, dtype: torch.dtype, below: int, above: int) -> None:
+def test_nearest_and_ceiling_just_below_and_above_sqrt2(
+    device: str, dtype: torch.dtype, below: int, above: int
+) -> None:
     e = EXPONENTS[:-1]  # at 2^127 the upward snap would be 2^128 (tested below)
     lo, hi = with_exponents(below, dtype, e).to(device), with_exponents(above, dtype, e).to(device)
     assert bool((lo.double() / powers(e, dtype).to(device).double() < math.sqrt(2)).all())

@@ -108,7 +108,8 @@ def test_float64_that_float32_rounds_onto_a_tie_is_rounded_once() -> None:
     below = torch.tensor([tie_up - 2**-30, -(tie_up - 2**-30)], dtype=torch.float64)
     assert torch.equal(below.float().double(), torch.tensor([tie_up, -tie_up], dtype=torch.float64))
     assert bits_of(bf16_round(below, "rne")) == bits_of(torch.tensor([1 + 2**-7, -(1 + 2**-7)], dtype=torch.bfloat16))
-    assert bits_of(bf16_round(below.float(), "rne")) == bits_of(torch.tensor([1 + 2**-6, -(1 + 2**-6)], dtype=torch.bfloat16))
+    via_float32 = bf16_round(below.float(), "rne")
+    assert bits_of(via_float32) == bits_of(torch.tensor([1 + 2**-6, -(1 + 2**-6)], dtype=torch.bfloat16))
 
     # Truncation too: float32 rounds 1 + 2^-7 - 2^-40 up onto a bf16 value, truncating that keeps it.
     just_below = torch.tensor([1 + 2**-7 - 2**-40], dtype=torch.float64)
@@ -135,7 +136,8 @@ def _truncate_f32(x: torch.Tensor) -> torch.Tensor:
 def test_float64_against_round_to_odd_route(device: str) -> None:
     gen = torch.Generator().manual_seed(2)
     n = 1 << 18
-    exponent = torch.randint(1023 - 160, 1023 + 128, (n,), generator=gen, dtype=torch.int64)  # below bf16's range to max
+    # Exponents from below bf16's smallest subnormal up to its largest binade.
+    exponent = torch.randint(1023 - 160, 1023 + 128, (n,), generator=gen, dtype=torch.int64)
     frac = torch.randint(0, 2**52, (n,), generator=gen, dtype=torch.int64)
     frac[: n // 4] = (frac[: n // 4] & ~((1 << 45) - 1)) | (1 << 44)  # exact bf16 ties in the normal range
     sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.bool)
@@ -162,8 +164,9 @@ def test_float64_equals_float32_path_where_the_value_is_a_float32() -> None:
 def test_nan_inf_overflow_and_signed_zeros(dtype: torch.dtype) -> None:
     bf16_max = (2 - 2**-7) * 2.0**127
     halfway = (2 - 2**-8) * 2.0**127  # tie between bf16 max and 2^128: to even means inf
+    f32_max = torch.finfo(torch.float32).max  # above the tie
     x = torch.tensor(
-        [float("inf"), -float("inf"), 0.0, -0.0, bf16_max, halfway, -halfway, torch.finfo(torch.float32).max, -2.0**-140],
+        [float("inf"), -float("inf"), 0.0, -0.0, bf16_max, halfway, -halfway, f32_max, -2.0**-140],
         dtype=dtype,
     )
     want_rne = torch.tensor(
