@@ -13,16 +13,18 @@ import json
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
-from .manifest import MANIFEST_NAME, inferred_root, load_manifest, manifest_digest, resolve_recorded
+from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
+                       resolve_recorded)
 from .parquet import content_digest, read_arrow
 
 ERROR, NOTICE = "error", "notice"
 ABSENT = "(absent)"
+RESULTS = "<results>"
 SECTIONS = ("outputs", "inputs", "params", "protocol", "code", "environment", "arms", "exploratory",
             "extra", "stage", "stage_dir", "format")
 CAUSES = ("inputs", "params", "protocol", "code", "environment", "arms", "exploratory", "extra")
@@ -87,7 +89,8 @@ def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
     now_sha = sha256_file(path)
     if now_sha == rec["sha256"]:
         return []
-    reason = f"sha256 changed (recorded {rec['sha256']}, now {now_sha}; bytes {rec.get('bytes')} -> {path.stat().st_size})"
+    reason = (f"sha256 changed (recorded {rec['sha256']}, now {now_sha}; "
+              f"bytes {rec.get('bytes')} -> {path.stat().st_size})")
     if "content_digest" in rec:
         try:
             table = read_arrow(path)
@@ -99,11 +102,37 @@ def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
     return [reason]
 
 
-def _protocol_module() -> tuple[Any, str]:
+@dataclass(frozen=True)
+class _ProtocolState:
+    """The protocol as it stands in one project root: checked once, used by every manifest there."""
+
+    module: Any
+    current: Mapping[str, Any] | None  # current_pins(root); None when it could not be obtained
+    why_not: str  # why ``current`` is None
+    chain: tuple[Finding, ...]  # the gate's verdict on the amendment chain
+
+
+def _protocol_state(root: Path) -> _ProtocolState:
+    where = root.as_posix()
     try:
-        return importlib.import_module("int8alibi.protocol"), ""
+        module = importlib.import_module("int8alibi.protocol")
     except ImportError as exc:
-        return None, f"int8alibi.protocol is unavailable ({exc})"
+        why = f"int8alibi.protocol is unavailable ({exc})"
+        unchecked = Finding(ERROR, where, "amendment chain", f"chain check not possible: {why}")
+        return _ProtocolState(None, None, why, (unchecked,))
+    chain: list[Finding] = []
+    try:
+        history = getattr(module.gate(root), "history", None)
+        if getattr(history, "status", "verified") != "verified":  # e.g. no git: said, not passed
+            chain.append(Finding(NOTICE, where, "amendment history", str(getattr(history, "detail", history))))
+    except Int8AlibiError as exc:
+        chain.append(Finding(ERROR, where, "amendment chain", str(exc)))
+    except AttributeError as exc:
+        chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
+    try:
+        return _ProtocolState(module, module.current_pins(root), "", tuple(chain))
+    except (Int8AlibiError, AttributeError) as exc:
+        return _ProtocolState(module, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
 
 
 def _stage_reads(protocol: Any, stage: str, protocol_root: str) -> set[str] | None:
@@ -118,13 +147,12 @@ def _strip_root(rel: str, protocol_root: str) -> str:
     return rel.removeprefix(f"{protocol_root.rstrip('/')}/")
 
 
-def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, protocol: Any,
-                    unavailable: str) -> list[Finding]:
+def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: _ProtocolState) -> list[Finding]:
     """Recorded protocol files must still hash to their pins; a later amendment is reported."""
     recorded = manifest["protocol"]
     proot = recorded.get("root", "preregistration")
     pins = recorded.get("pins", {})
-    reads = _stage_reads(protocol, manifest["stage"], proot)
+    reads = _stage_reads(state.module, manifest["stage"], proot)
     scope = "read by this stage" if reads is not None else "stage's protocol files unknown, so all count"
     out: list[Finding] = []
     for rel, sha in sorted(pins.get("files", {}).items()):
@@ -137,13 +165,9 @@ def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, protoco
         elif (now := sha256_file(path)) != sha:
             out.append(Finding(level, where, subject, f"changed since this stage ran (recorded {sha}, now {now}; "
                                + (scope if level == ERROR else "not read by this stage") + ")"))
-    if protocol is None:
-        out.append(Finding(ERROR, where, "protocol", f"protocol check not possible: {unavailable}"))
-        return out
-    try:
-        current = protocol.current_pins(root)
-    except Int8AlibiError as exc:
-        out.append(Finding(ERROR, where, "protocol", f"protocol in force does not verify: {exc}"))
+    current = state.current
+    if current is None:
+        out.append(Finding(ERROR, where, "protocol", f"protocol check not possible: {state.why_not}"))
         return out
     if current.get("amendment") != pins.get("amendment"):
         out.append(Finding(NOTICE, where, "protocol", f"amended since this stage ran "
@@ -156,34 +180,30 @@ def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, protoco
     return out
 
 
-def _verify_manifest(path: Path, where: str, project_root: Path | None, protocol: Any,
-                     unavailable: str) -> tuple[list[Finding], Path | None]:
-    try:
-        manifest = load_manifest(path)
-    except ManifestError as exc:
-        return [Finding(ERROR, where, "manifest", str(exc))], None
+def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path | None,
+                     state: _ProtocolState) -> list[Finding]:
+    where = path.as_posix()
     out: list[Finding] = []
     digest = manifest_digest(manifest)
     if digest != manifest["digest"]:
         out.append(Finding(ERROR, where, "manifest", f"digest mismatch (recorded {manifest['digest']}, "
                            f"computed {digest}): the manifest was edited after it was written"))
     stage_dir = manifest["stage_dir"]
-    root = project_root or inferred_root(path, stage_dir)
     for role in ("outputs", "inputs"):
         for rec in manifest[role]:
             where_now = resolve_recorded(rec["path"], path, stage_dir, project_root)
             for reason in _check_file(rec, where_now):
                 out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", reason))
-    out.extend(_check_protocol(manifest, where, root, protocol, unavailable))
-    return out, root
+    out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state))
+    return out
 
 
 def verify(results_dir: str | Path, project_root: str | Path | None = None) -> list[Finding]:
     """Every problem with every manifest under ``results_dir`` (empty list: everything verifies).
 
     The project root (for inputs and protocol files) is inferred from each manifest's location
-    unless given. The protocol chain is checked once per project root with
-    ``int8alibi.protocol.gate``; when that module is missing the finding says so.
+    unless given. The amendment chain is checked once per project root with
+    ``int8alibi.protocol.gate``; when that module is missing the findings say so.
     """
     base = Path(results_dir)
     given_root = Path(project_root) if project_root is not None else None
@@ -192,30 +212,21 @@ def verify(results_dir: str | Path, project_root: str | Path | None = None) -> l
     manifests = find_manifests(base)
     if not manifests:
         return [Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
-    protocol, unavailable = _protocol_module()
     findings: list[Finding] = []
-    roots: dict[Path, str] = {}
+    states: dict[Path, _ProtocolState] = {}
     for path in manifests:
-        found, root = _verify_manifest(path, path.as_posix(), given_root, protocol, unavailable)
-        findings.extend(found)
-        if root is not None:
-            roots.setdefault(root.resolve(), path.as_posix())
-    for root, where in roots.items():
-        findings.extend(_check_chain(root, protocol, unavailable))
+        try:
+            manifest = load_manifest(path)
+        except ManifestError as exc:
+            findings.append(Finding(ERROR, path.as_posix(), "manifest", str(exc)))
+            continue
+        root = (given_root or inferred_root(path, manifest["stage_dir"])).resolve()
+        if root not in states:
+            states[root] = _protocol_state(root)
+        findings.extend(_verify_manifest(path, manifest, given_root, states[root]))
+    for state in states.values():
+        findings.extend(state.chain)
     return findings
-
-
-def _check_chain(root: Path, protocol: Any, unavailable: str) -> list[Finding]:
-    where = root.as_posix()
-    gate = getattr(protocol, "gate", None)
-    if gate is None:
-        why = unavailable or "int8alibi.protocol has no gate()"
-        return [Finding(ERROR, where, "amendment chain", f"chain check not possible: {why}")]
-    try:
-        gate(root)
-    except Int8AlibiError as exc:
-        return [Finding(ERROR, where, "amendment chain", str(exc))]
-    return []
 
 
 def verify_main(argv: list[str] | None = None) -> int:
@@ -267,10 +278,32 @@ def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
+def _portable(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest with paths under its results folder written ``<results>/...``, so runs kept in
+    differently named results folders compare file by file."""
+    stage = PurePosixPath(manifest["stage_dir"])
+    if stage.is_absolute() or len(stage.parts) < 2:
+        return dict(manifest)
+    results = stage.parent
+
+    def portable(path: str) -> str:
+        rec = PurePosixPath(path)
+        if not rec.is_relative_to(results):
+            return path
+        return (PurePosixPath(RESULTS) / rec.relative_to(results)).as_posix()
+
+    out = dict(manifest)
+    out["stage_dir"] = portable(manifest["stage_dir"])
+    for role in ("outputs", "inputs"):
+        out[role] = [{**rec, "path": portable(rec["path"])} for rec in manifest[role]]
+    return out
+
+
 def _fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    manifest = _portable(manifest)
     for section in manifest:
-        if section == "digest" or section in ("recorded_at",):
+        if section == "digest" or section in TIMESTAMP_KEYS:
             continue
         out.update(_flatten(manifest[section], section))
     return out
@@ -336,7 +369,7 @@ def explain(differences: list[Difference]) -> dict[str, str]:
             out[stage] = f"outputs identical despite differences in {', '.join(causes)}"
         elif causes:
             out[stage] = f"outputs differ; recorded causes: {', '.join(causes)}"
-        elif all(d.field.endswith(("].sha256", "].bytes")) for d in outputs):
+        elif all(d.field.endswith((".parquet].sha256", ".parquet].bytes")) for d in outputs):
             out[stage] = ("outputs differ in file bytes only (table content identical) with identical "
                           "inputs, params, protocol, code and environment: the files were re-encoded")
         else:

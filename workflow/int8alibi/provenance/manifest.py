@@ -131,7 +131,8 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
         raise ManifestError(f"{manifest_path}: exploratory must be a bool, got {exploratory!r}")
     for i, arm in enumerate(arms):
         if not isinstance(arm, Mapping):
-            raise ManifestError(f"{manifest_path}: arms[{i}] must be a mapping of evidence, got {type(arm).__name__}")
+            raise ManifestError(f"{manifest_path}: arms[{i}] must be a mapping of evidence, "
+                                f"got {type(arm).__name__}")
     env = environment.collect(device, root)
     body: dict[str, Any] = {
         "format": FORMAT,

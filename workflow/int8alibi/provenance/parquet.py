@@ -72,9 +72,7 @@ def _sorted_by_key(table: pa.Table, df: pd.DataFrame, sort_by: Sequence[str], pa
         first = df.loc[duplicated, list(sort_by)].iloc[0].to_dict()
         raise InputError(f"{path}: key {list(sort_by)} is not unique ({int(duplicated.sum())} rows share "
                          f"a key, e.g. {first}); row order would depend on input order")
-    order = pc.sort_indices(
-        table, sort_keys=[(c, "ascending") for c in sort_by], null_placement="at_end"
-    )
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in sort_by])  # stable; nulls last
     return table.take(order).combine_chunks()
 
 
@@ -159,8 +157,8 @@ def _column_parts(name: str, column: pa.ChunkedArray | pa.Array) -> list[bytes]:
         _, offsets_buf, data_buf = dense.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=np.int64)[dense.offset: dense.offset + n + 1]
         start, stop = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
-        data = np.frombuffer(data_buf, dtype=np.uint8)[start:stop] if data_buf is not None else np.empty(0, np.uint8)
-        values = (offsets - start).tobytes() + data.tobytes()
+        data = data_buf.slice(start, stop - start).to_pybytes() if data_buf is not None else b""
+        values = (offsets - start).tobytes() + data
     elif (width := _byte_width(kind)) is not None:
         buf = arr.buffers()[1]
         raw = (np.frombuffer(buf, dtype=np.uint8)[arr.offset * width:(arr.offset + n) * width]

@@ -1,0 +1,90 @@
+"""``int8alibi <command>``: lazy dispatch, clear errors for missing commands, the console script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from int8alibi import cli
+from int8alibi.errors import InputError
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """A stand-in command module whose functions record the argv they receive."""
+    calls: list[tuple[str, list[str]]] = []
+    module = types.ModuleType("int8alibi_test_commands")
+
+    def make(name: str, code: int):
+        def entry(argv: list[str]) -> int:
+            calls.append((name, argv))
+            return code
+        return entry
+
+    module.bench = make("bench", 0)
+    module.kernels = make("kernels", 0)
+    module.failing = make("failing", 1)
+
+    def raising(argv: list[str]) -> int:
+        raise InputError("config.yaml: no such model")
+
+    module.raising = raising
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(cli.COMMANDS, "bench", (f"{module.__name__}:bench", "benchmarks"))
+    monkeypatch.setitem(cli.SUBCOMMANDS, ("bench", "kernels"), f"{module.__name__}:kernels")
+    monkeypatch.setitem(cli.COMMANDS, "conform", (f"{module.__name__}:failing", "conformance"))
+    monkeypatch.setitem(cli.COMMANDS, "amend", (f"{module.__name__}:raising", "amend"))
+    return calls
+
+
+def test_dispatch_passes_the_remaining_arguments(recorder: list[tuple[str, list[str]]]) -> None:
+    assert cli.main(["bench", "--quick"]) == 0
+    assert cli.main(["bench", "kernels", "--m", "512"]) == 0
+    assert cli.main(["conform", "x"]) == 1
+    assert recorder == [("bench", ["--quick"]), ("kernels", ["--m", "512"]), ("failing", ["x"])]
+
+
+def test_command_error_is_one_line_not_a_traceback(recorder: list, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["amend"]) == 1
+    assert capsys.readouterr().err == "int8alibi amend: config.yaml: no such model\n"
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("int8alibi.no_such_module:main", "module int8alibi.no_such_module cannot be imported"),
+    ("int8alibi.errors:no_such_function", "module int8alibi.errors has no function no_such_function()"),
+])
+def test_missing_command_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                 target: str, message: str) -> None:
+    monkeypatch.setitem(cli.COMMANDS, "conform", (target, "conformance"))
+    assert cli.main(["conform"]) == cli.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err.startswith("int8alibi conform: not available: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_usage_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert cli.main(["frobnicate"]) == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in cli.COMMANDS)
+
+
+def test_verify_dispatches_to_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["verify", str(tmp_path / "nowhere")]) == 1
+    assert "does not exist" in capsys.readouterr().out
+
+
+def test_console_script_verify_help() -> None:
+    script = Path(sys.executable).with_name("int8alibi")
+    if not script.exists():
+        pytest.skip(f"console script not installed next to {sys.executable}")
+    done = subprocess.run([str(script), "verify", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: int8alibi verify")
+    assert "--json" in done.stdout
