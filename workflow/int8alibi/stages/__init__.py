@@ -39,6 +39,7 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
     except Int8AlibiError as exc:
-        print(f"int8alibi: {run.__module__.rsplit('.', 1)[-1]} failed: {exc}", file=sys.stderr)
+        stage = Path(sys.argv[0]).stem if run.__module__ == "__main__" else run.__module__.rsplit(".", 1)[-1]
+        print(f"int8alibi: stage {stage} failed: {exc}", file=sys.stderr)
         return 1
     return 0

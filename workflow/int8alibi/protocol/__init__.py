@@ -1,0 +1,24 @@
+"""The protocol as data: pinned files, prediction matrices, amendments and the fail-closed gate."""
+
+from .amend import amend
+from .chain import Amendment
+from .gate import GateReport, current_pins, gate, pinned_data_digest, verify_data_pin
+from .history import History
+from .load import Protocol, load
+from .pins import PROTOCOL_FILES, STAGE_FILES, data_digest
+
+__all__ = [
+    "Amendment",
+    "GateReport",
+    "History",
+    "PROTOCOL_FILES",
+    "Protocol",
+    "STAGE_FILES",
+    "amend",
+    "current_pins",
+    "data_digest",
+    "gate",
+    "load",
+    "pinned_data_digest",
+    "verify_data_pin",
+]

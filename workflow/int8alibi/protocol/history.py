@@ -1,0 +1,172 @@
+"""The append-only rule, checked in git history from the lock commit on.
+
+The lock is the commit that first adds amendments/LOCK, committed together with the amendments in
+their final form. From that commit on, no commit may modify, rename or delete anything under
+amendments/ (only additions), and the working tree may not hold an uncommitted change or deletion
+of a committed amendment; an untracked new amendment is allowed, which is how `amend` works.
+Before the lock the amendments are drafts. Without git the check cannot run, and the result says
+so instead of passing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sized
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ProtocolError
+from .pins import AMENDMENTS_DIR, LOCK_FILE
+
+HistoryStatus = Literal["verified", "partial", "drafting", "not possible"]
+
+# Variables that would point git at another repository or index (`git rev-parse --local-env-vars`).
+_REPO_ENV = (
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE",
+    "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX",
+    "GIT_SHALLOW_FILE",
+    "GIT_COMMON_DIR",
+)
+_VERBS = {"M": "modified", "D": "deleted", "R": "renamed", "T": "changed in type", "C": "copied", "U": "left unmerged"}
+
+
+@dataclass(frozen=True)
+class History:
+    """Outcome of the history check: status, what was checked, and the lock commit if any."""
+
+    status: HistoryStatus
+    detail: str
+    lock_commit: str | None = None
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # read-only: never take the index lock
+    return subprocess.run(
+        ["git", "-c", "core.quotePath=false", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _git_ok(root: Path, *args: str) -> str:
+    done = _git(root, *args)
+    if done.returncode != 0:
+        raise ProtocolError(
+            f"{root}: `git {' '.join(args)}` failed, so the amendment history cannot be verified: {done.stderr.strip()}"
+        )
+    return done.stdout
+
+
+def _violations(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(commit, path, verb) for every non-addition in `git log --name-status` output."""
+    found = []
+    commit = ""
+    for line in lines:
+        if line.startswith("commit "):
+            commit = line.split()[1]
+        elif "\t" in line:
+            status, path = line.split("\t", 1)
+            bad = [c for c in status if c != "A" and c.isalpha()]
+            if bad:
+                found.append((commit, path.split("\t")[-1], _VERBS.get(bad[0], f"changed ({status})")))
+    return found
+
+
+def _uncommitted(root: Path) -> list[tuple[str, str]]:
+    """(path, verb) for committed files under amendments/ changed in the index or the work tree."""
+    found = []
+    for cached in ((), ("--cached",)):
+        out = _git_ok(
+            root, "diff", *cached, "--relative", "--no-renames", "--name-status", "HEAD", "--", f"{AMENDMENTS_DIR}/"
+        )
+        for line in out.splitlines():
+            status, path = line.split("\t", 1)
+            if status != "A":
+                found.append((path, _VERBS.get(status[0], f"changed ({status})")))
+    return sorted(set(found))
+
+
+def _more(items: Sized) -> str:
+    return f" ({len(items) - 1} further violations)" if len(items) > 1 else ""
+
+
+def check_history(project_root: Path) -> History:
+    """Verify the append-only rule in git, or say why it could not be verified.
+
+    Raises ProtocolError naming the amendment file, the commit and what happened to it.
+    """
+    root = Path(project_root)
+    if shutil.which("git") is None:
+        return History("not possible", "history check not possible: git is not installed")
+    inside = _git(root, "rev-parse", "--is-inside-work-tree")
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        if (root / ".git").exists():
+            raise ProtocolError(f"{root / '.git'}: present but git cannot read the repository: {inside.stderr.strip()}")
+        return History("not possible", f"history check not possible: {root} is not a git checkout (no .git)")
+    if _git(root, "rev-parse", "--verify", "--quiet", "HEAD").returncode != 0:
+        return History("drafting", "drafting: the repository has no commits yet, so the lock is not in history")
+    adds = _git_ok(
+        root, "log", "--full-history", "--topo-order", "--reverse", "--diff-filter=A", "--format=%H", "--", LOCK_FILE
+    )
+    lock = next(iter(adds.split()), None)
+    if lock is None:
+        where = "exists but is not committed" if (root / LOCK_FILE).exists() else "has never been committed"
+        return History("drafting", f"drafting: {LOCK_FILE} {where}; amendments may still change until it is committed")
+    log = _git_ok(
+        root,
+        "log",
+        "--ancestry-path",
+        "--full-history",
+        "--no-renames",
+        "--relative",
+        "-c",
+        "--name-status",
+        "--format=commit %H",
+        f"{lock}..HEAD",
+        "--",
+        f"{AMENDMENTS_DIR}/",
+    )
+    lines = log.splitlines()
+    committed = _violations(lines)
+    if committed:
+        commit, path, verb = committed[-1]  # git lists newest first: report the earliest
+        raise ProtocolError(
+            f"{path}: {verb} in commit {commit[:12]}, after the lock commit {lock[:12]}; amendments are "
+            f"append-only (restore the record and add a new amendment instead){_more(committed)}"
+        )
+    pending = _uncommitted(root)
+    if pending:
+        path, verb = pending[0]
+        raise ProtocolError(
+            f"{path}: uncommitted change ({verb}) to a committed amendment; amendments are append-only{_more(pending)}"
+        )
+    commits = sum(1 for line in lines if line.startswith("commit "))
+    checked = (
+        f"amendments/ append-only since lock commit {lock[:12]} ({commits} later commits touch it, additions only)"
+    )
+    if _git_ok(root, "rev-parse", "--is-shallow-repository").strip() == "true":
+        return History(
+            "partial",
+            f"history check partial: shallow clone, commits before the clone's depth are not available; {checked}",
+            lock,
+        )
+    return History("verified", checked, lock)

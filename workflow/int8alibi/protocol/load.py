@@ -1,0 +1,188 @@
+"""Load the protocol from preregistration/: every file schema-validated, then cross-checked.
+
+Cross-checks catch what a schema cannot: the int32 product bound must be the product of its
+factors, checks must refer to thresholds that exist, the cells per layer must follow from the
+fault list, both prediction matrices must cover every fault and match their declared counts,
+and the corrected matrix may differ from the original only in disclosed corrections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from ..errors import ProtocolError
+from . import pins
+from .matrix import SEVERITIES, FaultInfo, PredictionMatrix, parse_matrix, verify_corrections
+from .schema import read_yaml, validate
+
+MatrixName = Literal["corrected", "original"]
+
+_SCHEMAS = {
+    pins.FAULTS: "faults.schema.yaml",
+    pins.CHECKS: "checks.schema.yaml",
+    pins.THRESHOLDS: "thresholds.schema.yaml",
+    pins.ANALYSIS: "analysis.schema.yaml",
+    pins.PREDICTIONS_ORIGINAL: "predictions.schema.yaml",
+    pins.PREDICTIONS_CORRECTED: "predictions.schema.yaml",
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The validated protocol. Mappings are the files' parsed content; matrices are verified."""
+
+    root: Path
+    faults: Mapping[str, Any]
+    checks: Mapping[str, Any]
+    thresholds: Mapping[str, Any]
+    analysis: Mapping[str, Any]
+    matrices: Mapping[str, PredictionMatrix]
+
+    def fault_info(self) -> dict[str, FaultInfo]:
+        """Fault id -> the severities it runs (catalogue order) and whether it is a defect."""
+        return _fault_info(self.faults)
+
+    def matrix(self, which: MatrixName = "corrected") -> pd.DataFrame:
+        """Predictions per campaign (fault, severity, check), ready for a single join.
+
+        Columns: fault, severity, check, prediction, predicted_miss, corrected_post_data,
+        original_prediction, row (the registered row the cell comes from).
+        """
+        return self._matrix(which).expand(self.fault_info())
+
+    def counts(self, which: MatrixName = "corrected") -> dict[str, int]:
+        """Registered cells of a matrix (63 original, 77 corrected in the study) by prediction."""
+        return self._matrix(which).counts()
+
+    def size_profile(self, name: str) -> dict[str, int]:
+        """The run sizes of a named profile in analysis.yaml."""
+        profiles = self.analysis["size_profiles"]
+        if name not in profiles:
+            raise ProtocolError(f"{pins.ANALYSIS}: no size profile {name!r} (defined: {sorted(profiles)})")
+        return dict(profiles[name])
+
+    def _matrix(self, which: str) -> PredictionMatrix:
+        if which not in self.matrices:
+            raise ProtocolError(f"prediction matrix {which!r} does not exist (expected 'corrected' or 'original')")
+        return self.matrices[which]
+
+
+def _fault_info(faults: Mapping[str, Any]) -> dict[str, FaultInfo]:
+    return {
+        f["id"]: FaultInfo(SEVERITIES if f["has_severities"] else ("all",), f["kind"] != "null")
+        for f in faults["faults"]
+    }
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def _verify_thresholds(t: Mapping[str, Any]) -> None:
+    i32 = t["int32"]
+    product = i32["activation_abs_max"] * i32["weight_abs_max"]
+    if i32["product_bound"] != product:
+        raise ProtocolError(
+            f"{pins.THRESHOLDS}: int32.product_bound is {i32['product_bound']}, but "
+            f"activation_abs_max * weight_abs_max = {product}"
+        )
+    wq = t["weight_quantization"]
+    if wq["division"] in wq["division_alternatives"]:
+        raise ProtocolError(
+            f"{pins.THRESHOLDS}: weight_quantization.division {wq['division']!r} is also listed as an alternative"
+        )
+
+
+def _verify_faults(f: Mapping[str, Any]) -> None:
+    ids = [x["id"] for x in f["faults"]]
+    expected = [f"F{i}" for i in range(1, len(ids) + 1)]
+    if ids != expected:
+        raise ProtocolError(f"{pins.FAULTS}: faults must be numbered F1..F{len(ids)} in order, found {ids}")
+    for fault in f["faults"]:
+        if fault["both_arms"] and fault["kind"] != "precondition":
+            raise ProtocolError(f"{pins.FAULTS}: {fault['id']} applies to both arms but is not a precondition fault")
+        if ("rungs" in fault) and not fault["has_severities"]:
+            raise ProtocolError(f"{pins.FAULTS}: {fault['id']} describes rungs but has no severities")
+    regimes = len(f["regimes"])
+    cells = sum((len(SEVERITIES) if x["has_severities"] else 1) * regimes for x in f["faults"])
+    if cells != f["cells_per_layer"]:
+        raise ProtocolError(
+            f"{pins.FAULTS}: cells_per_layer is {f['cells_per_layer']}, but the fault list gives {cells}"
+        )
+
+
+def _verify_checks(c: Mapping[str, Any], thresholds: Mapping[str, Any]) -> None:
+    ids = [x["id"] for x in c["checks"]]
+    if ids != list(range(1, len(ids) + 1)):
+        raise ProtocolError(f"{pins.CHECKS}: checks must be numbered 1..{len(ids)} in order, found {ids}")
+    for check in c["checks"]:
+        for name in check["thresholds"]:
+            try:
+                _lookup(thresholds, name)
+            except KeyError:
+                raise ProtocolError(
+                    f"{pins.CHECKS}: check {check['id']} uses threshold {name!r}, "
+                    f"which {pins.THRESHOLDS} does not define"
+                ) from None
+
+
+def _verify_analysis(a: Mapping[str, Any], fault_ids: set[str]) -> None:
+    for rule in a["decision_rules"]:
+        unknown = sorted(set(rule["faults"]) - fault_ids)
+        if unknown:
+            raise ProtocolError(f"{pins.ANALYSIS}: decision rule {rule['id']} names unknown faults {unknown}")
+    for name, profile in a["size_profiles"].items():
+        if profile["prompts"] > len(a["prompts"]):
+            raise ProtocolError(
+                f"{pins.ANALYSIS}: size profile {name!r} asks for {profile['prompts']} prompts, but only "
+                f"{len(a['prompts'])} are pinned"
+            )
+    for kind in ("hypotheses", "gates", "decision_rules"):
+        ids = [x["id"] for x in a[kind]]
+        if len(set(ids)) != len(ids):
+            raise ProtocolError(f"{pins.ANALYSIS}: {kind} ids are not unique: {ids}")
+
+
+def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
+    """Read, schema-validate and cross-check every protocol file under ``root`` (preregistration/)."""
+    root = Path(root)
+    data: dict[str, Any] = {}
+    for rel, schema_name in _SCHEMAS.items():
+        source = str(root / Path(rel).name)
+        content = read_yaml(root / Path(rel).name, source)
+        validate(content, schema_name, source)
+        data[rel] = content
+    _verify_thresholds(data[pins.THRESHOLDS])
+    _verify_faults(data[pins.FAULTS])
+    _verify_checks(data[pins.CHECKS], data[pins.THRESHOLDS])
+    faults = data[pins.FAULTS]
+    _verify_analysis(data[pins.ANALYSIS], {f["id"] for f in faults["faults"]})
+
+    info = _fault_info(faults)
+    checks = data[pins.CHECKS]["checks"]
+    layer_na = [c["id"] for c in checks if c["applicable"] == "not_at_layer_level"]
+    matrices: dict[str, PredictionMatrix] = {}
+    for rel, name in ((pins.PREDICTIONS_ORIGINAL, "original"), (pins.PREDICTIONS_CORRECTED, "corrected")):
+        source = str(root / Path(rel).name)
+        if data[rel]["matrix"] != name:
+            raise ProtocolError(f"{source}: declares matrix {data[rel]['matrix']!r}, expected {name!r} for this file")
+        matrices[name] = parse_matrix(data[rel], source, info, layer_na, len(checks))
+    verify_corrections(matrices["original"], matrices["corrected"])
+    return Protocol(
+        root=root,
+        faults=faults,
+        checks=data[pins.CHECKS],
+        thresholds=data[pins.THRESHOLDS],
+        analysis=data[pins.ANALYSIS],
+        matrices=matrices,
+    )

@@ -1,0 +1,99 @@
+"""Where the protocol lives, which stage reads which protocol file, and how pins are hashed.
+
+A pin is the SHA-256 of a file's bytes, so any edit (whitespace included) changes it. Data
+artifacts (e.g. the prediction list) are pinned with the same definition: the SHA-256 of the
+file as written. The project's Parquet writer is deterministic, so rerunning a stage on the same
+data and library versions reproduces the pin; anything else is a different artifact that needs a
+new amendment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..errors import ProtocolError
+
+PROTOCOL_DIR = "preregistration"
+AMENDMENTS_DIR = "amendments"
+LOCK_FILE = f"{AMENDMENTS_DIR}/LOCK"
+
+FAULTS = f"{PROTOCOL_DIR}/faults.yaml"
+CHECKS = f"{PROTOCOL_DIR}/checks.yaml"
+THRESHOLDS = f"{PROTOCOL_DIR}/thresholds.yaml"
+ANALYSIS = f"{PROTOCOL_DIR}/analysis.yaml"
+PREDICTIONS_ORIGINAL = f"{PROTOCOL_DIR}/predictions-original.yaml"
+PREDICTIONS_CORRECTED = f"{PROTOCOL_DIR}/predictions-corrected.yaml"
+
+PROTOCOL_FILES: tuple[str, ...] = (
+    ANALYSIS,
+    CHECKS,
+    FAULTS,
+    PREDICTIONS_CORRECTED,
+    PREDICTIONS_ORIGINAL,
+    THRESHOLDS,
+)
+
+# Protocol files each stage reads, as names inside preregistration/ (a rule's inputs are
+# preregistration/<name>). A rule declares exactly these, so an amendment reruns the stages whose
+# files it changed and whatever depends on them.
+STAGE_FILES: dict[str, list[str]] = {
+    "protocol": [Path(f).name for f in PROTOCOL_FILES],
+    "model": [],
+    "requant": ["thresholds.yaml"],
+    "capture": ["thresholds.yaml", "analysis.yaml"],
+    "prediction": ["thresholds.yaml", "analysis.yaml"],
+    "compare": ["thresholds.yaml", "analysis.yaml"],
+    "faults": [
+        "faults.yaml",
+        "checks.yaml",
+        "thresholds.yaml",
+        "predictions-original.yaml",
+        "predictions-corrected.yaml",
+        "analysis.yaml",
+    ],
+    "determinism": ["analysis.yaml"],
+    "perplexity": ["analysis.yaml"],
+    "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml"],
+}
+
+
+def stage_reads(stage: str) -> list[str]:
+    """The protocol files a stage reads, as paths relative to the project root."""
+    return [f"{PROTOCOL_DIR}/{name}" for name in STAGE_FILES[stage]]
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_digest(path: Path) -> str:
+    """The digest an amendment records for a pinned data artifact: SHA-256 of its bytes."""
+    if not Path(path).is_file():
+        raise ProtocolError(f"{path}: data artifact to pin does not exist or is not a file")
+    return sha256_file(Path(path))
+
+
+def protocol_files_on_disk(project_root: Path) -> dict[str, str]:
+    """Every file under preregistration/ (recursively, hidden files too) -> its SHA-256.
+
+    Keys are POSIX paths relative to the project root. Everything in the folder is protocol:
+    a file that is not pinned is an error, not something to skip.
+    """
+    folder = project_root / PROTOCOL_DIR
+    if not folder.is_dir():
+        raise ProtocolError(f"{PROTOCOL_DIR}/: protocol folder not found under {project_root}")
+    found: dict[str, str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(project_root).as_posix()
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if not path.is_file():
+            raise ProtocolError(f"{rel}: not a regular file (broken link or special file) in the protocol folder")
+        found[rel] = sha256_file(path)
+    return found
