@@ -2,7 +2,7 @@ rule protocol:
     input:
         protocol=protocol_files("protocol"),
         # every amendment: one that only pins data still changes the pins table
-        amendments=sorted(str(p) for p in (ROOT / "amendments").glob("A-*.yaml")),
+        amendments=sorted(f"amendments/{p.name}" for p in (ROOT / "amendments").glob("A-*.yaml")),
     output:
         pins=f"{RESULTS}/protocol/pins.parquet",
         manifest=f"{RESULTS}/protocol/manifest.json",
