@@ -1,0 +1,67 @@
+"""The cuBLASLt arm: padding for torch._int_mm, refusal off-GPU, and (on a GPU) equality with the emulation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from int8alibi.arith import exact_accumulator
+from int8alibi.errors import InputError
+from int8alibi.kernels import get
+from int8alibi.kernels.cublaslt import INT_MM_MIN_ROWS, CublasLtArm, int_mm_accumulator, pad_rows
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+
+def test_pad_rows_appends_zero_rows_only_when_needed():
+    a = torch.randint(-128, 128, (3, 16), dtype=torch.int8)
+    padded = pad_rows(a)
+    assert padded.shape == (INT_MM_MIN_ROWS, 16)
+    assert torch.equal(padded[:3], a) and not padded[3:].any()
+    big = torch.randint(-128, 128, (40, 16), dtype=torch.int8)
+    assert pad_rows(big) is big
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 33])
+def test_int_mm_accumulator_slices_back_to_m(m):
+    """torch._int_mm also runs on CPU, which checks the pad-and-slice logic without a GPU."""
+    g = torch.Generator().manual_seed(m)
+    a = torch.randint(-128, 128, (m, 64), generator=g, dtype=torch.int8)
+    w = torch.randint(-128, 128, (24, 64), generator=g, dtype=torch.int8)
+    acc = int_mm_accumulator(a, w)
+    assert acc.dtype == torch.int32 and acc.shape == (m, 24)
+    assert torch.equal(acc.to(torch.int64), exact_accumulator(a, w))
+
+
+def test_unavailable_on_cpu_says_why():
+    ok, why = CublasLtArm("cpu").available()
+    assert not ok and "CUDA" in why
+
+
+def test_refuses_cpu_operands_and_bad_shapes():
+    a = torch.zeros(4, 20, dtype=torch.int8)
+    w = torch.zeros(8, 20, dtype=torch.int8)
+    with pytest.raises(InputError, match="selected for cuda"):
+        CublasLtArm("cuda").scaled_mm(a, w, torch.ones(4), torch.ones(8))
+    with pytest.raises(InputError, match="K=20 is not a multiple of 8"):
+        CublasLtArm("cpu").accumulator(a, w)
+
+
+def test_evidence():
+    ev = CublasLtArm("cpu").evidence()
+    assert ev["arm"] == "cublaslt" and ev["is_emulation"] is False and ev["epilogue_order"] == "cutlass"
+    assert "torch._int_mm" in ev["implementation"]
+
+
+@CUDA
+@pytest.mark.parametrize("m", [1, 16, 17, 512])
+def test_gpu_equals_exact_cutlass_order(m):
+    g = torch.Generator().manual_seed(m)
+    a_q = torch.randint(-128, 128, (m, 2048), generator=g, dtype=torch.int8).cuda()
+    w_q = torch.randint(-128, 128, (1024, 2048), generator=g, dtype=torch.int8).cuda()
+    s_a = (torch.rand(m, generator=g) * 0.1 + 1e-3).cuda()
+    s_w = (torch.rand(1024, generator=g) * 1e-3 + 1e-4).cuda()
+    arm, ref = get("cublaslt", "cuda"), get("exact-cutlass-order", "cuda")
+    y, expected = arm.scaled_mm(a_q, w_q, s_a, s_w), ref.scaled_mm(a_q, w_q, s_a, s_w)
+    assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
+    assert torch.equal(arm.accumulator(a_q, w_q), ref.accumulator(a_q, w_q))

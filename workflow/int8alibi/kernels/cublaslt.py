@@ -1,0 +1,72 @@
+"""The cuBLASLt arm: ``torch._int_mm`` computes the int32 accumulator, then the CUTLASS-order epilogue.
+
+``torch._int_mm`` on CUDA dispatches to cuBLASLt's int8 GEMM with int32 output and requires
+M > 16 and K, N multiples of 8. Shorter activations (decode, M=1) are padded with zero rows,
+which add zero rows to the product and are sliced off: the accumulator of the real rows is
+unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
+from .exact import epilogue
+
+INT_MM_MIN_ROWS = 17  # torch._int_mm needs M > 16 on CUDA
+
+
+def pad_rows(a_q: torch.Tensor, min_rows: int = INT_MM_MIN_ROWS) -> torch.Tensor:
+    """``a_q`` with zero rows appended up to ``min_rows`` (unchanged when it already has enough)."""
+    missing = min_rows - a_q.shape[0]
+    if missing <= 0:
+        return a_q
+    return torch.cat([a_q, a_q.new_zeros(missing, a_q.shape[1])])
+
+
+def int_mm_accumulator(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """``a_q · w_qᵀ`` in int32 through ``torch._int_mm``, padding and slicing M as it requires."""
+    m = a_q.shape[0]
+    return torch._int_mm(pad_rows(a_q.contiguous()), w_q.contiguous().t())[:m]
+
+
+class CublasLtArm:
+    """cuBLASLt int8 GEMM (binary) + CUTLASS-order float32 epilogue (torch ops, bf16 by integer bits)."""
+
+    name = "cublaslt"
+    is_emulation = False
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = as_device(device)
+
+    def available(self) -> tuple[bool, str]:
+        if self.device.type != "cuda":
+            return False, "cublaslt needs a CUDA device (torch._int_mm's cuBLASLt path); selected device is cpu"
+        if not torch.cuda.is_available():
+            return False, "no CUDA GPU visible to torch"
+        return True, "torch._int_mm on CUDA"
+
+    def _check(self, a_q: torch.Tensor, w_q: torch.Tensor) -> None:
+        check_device(a_q, self.device, self.name)
+        _, k, n = check_pair(a_q, w_q, self.name)
+        check_multiple(k, 8, "K", self.name)
+        check_multiple(n, 8, "N", self.name)
+
+    def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+        self._check(a_q, w_q)
+        return int_mm_accumulator(a_q, w_q)
+
+    def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        check_operands(a_q, w_q, s_a, s_w, self.name)
+        self._check(a_q, w_q)
+        return epilogue(int_mm_accumulator(a_q, w_q), s_a, s_w, "cutlass")
+
+    def evidence(self) -> dict[str, object]:
+        return arm_evidence(
+            self.name,
+            "torch._int_mm (cuBLASLt int8 GEMM, int32 output; M padded to >= 17 with zero rows) + "
+            "float32 epilogue s_a*(s_w*f32(acc)), bf16 round-to-nearest-even on integer bits",
+            self.device,
+            is_emulation=False,
+            epilogue_order="cutlass",
+        )

@@ -1,0 +1,76 @@
+"""The two epilogue orders of the real kernels, and the exact arms that emulate them on any device.
+
+The int32 accumulator is exact (int64/float64 sum); only the float32 epilogue differs between
+kernels. Where the sum does not fit int32 (16256·K >= 2**31, outside the alibi's precondition) the
+emulation wraps in two's complement, the kernel semantics the project specifies
+(``arith.wrap_int32``). Measured on an H200, cuBLASLt (``torch._int_mm``) and Triton's ``tl.dot``
+saturate instead, at every accumulation step, which no order-free emulation can reproduce;
+``validate_gpu`` records it. vLLM's CUTLASS
+kernel computes ``bf16_rne(s_a · (s_w · f32(acc)))``, its Triton kernel
+``bf16_rne(s_w · (s_a · f32(acc)))``. Each multiply here is one IEEE float32 multiply on the
+device, and the bf16 rounding is decided on integer bits (``arith.bf16_round``), so CPU and GPU
+give the same bits, NaNs included.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ..arith import bf16_round, exact_accumulator, wrap_int32
+from .base import arm_evidence, as_device, check_device, check_operands, check_pair
+
+EpilogueOrder = Literal["cutlass", "triton"]
+
+
+def epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor, order: EpilogueOrder) -> torch.Tensor:
+    """Scale an int32 accumulator [M,N] in float32 in the given kernel's order, round once to bf16."""
+    acc_f32 = acc.to(torch.float32)  # int32 -> float32 rounds to nearest even above 2**24
+    if order == "cutlass":
+        y = s_a[:, None] * (s_w[None, :] * acc_f32)
+    else:
+        y = s_w[None, :] * (s_a[:, None] * acc_f32)
+    return bf16_round(y, "rne")
+
+
+def kernel_accumulator(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """The int32 accumulator: the exact sum, wrapped to int32 where it does not fit (see module doc)."""
+    return wrap_int32(exact_accumulator(a_q, w_q))
+
+
+class ExactArm:
+    """Exact accumulator + one kernel's epilogue order; an emulation, labelled as such everywhere."""
+
+    is_emulation = True
+
+    def __init__(self, order: EpilogueOrder, device: torch.device | str | None = None) -> None:
+        self.order: EpilogueOrder = order
+        self.name = f"exact-{order}-order"
+        self.device = as_device(device)
+
+    def available(self) -> tuple[bool, str]:
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            return False, "no CUDA GPU visible to torch"
+        return True, f"exact emulation runs on any device ({self.device.type} here)"
+
+    def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+        check_pair(a_q, w_q, self.name)
+        check_device(a_q, self.device, self.name)
+        return kernel_accumulator(a_q, w_q)
+
+    def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        check_operands(a_q, w_q, s_a, s_w, self.name)
+        check_device(a_q, self.device, self.name)
+        return epilogue(kernel_accumulator(a_q, w_q), s_a, s_w, self.order)
+
+    def evidence(self) -> dict[str, object]:
+        tree = "s_a*(s_w*f32(acc))" if self.order == "cutlass" else "s_w*(s_a*f32(acc))"
+        return arm_evidence(
+            self.name,
+            f"int8alibi.kernels.exact: int64-exact accumulator wrapped to int32, float32 epilogue {tree}, "
+            "bf16 round-to-nearest-even on integer bits",
+            self.device,
+            is_emulation=True,
+            epilogue_order=self.order,
+        )

@@ -1,0 +1,221 @@
+"""The project's own Triton INT8 GEMM: int32 tensor-core accumulation, Triton-order epilogue fused.
+
+The epilogue is vLLM's Triton order, ``bf16_rne(s_w · (s_a · f32(acc)))`` in float32. The final
+rounding to bf16 is done on the float32 bits with integer operations instead of
+``x.to(tl.bfloat16)``: on a GPU that cast rounds to nearest even, but under ``TRITON_INTERPRET=1``
+it truncates, and the kernel must be the same arithmetic in both places (the GPU run is the
+authority; the interpreter only lets CPU tests see the same bits). The bf16 bits are stored as
+int16 and viewed as bfloat16.
+
+Tile sizes come from a fixed table keyed by M (no run-time autotuning), so a given shape always
+runs the same program.
+
+Beyond the alibi's precondition (16256·K >= 2**31) the interpreter and the GPU part ways again:
+numpy's int32 matmul wraps, while the GPU's int8 tensor-core instructions saturate at every
+accumulation step (measured on an H200 by ``validate_gpu``). Tests on CPU stay inside the
+precondition.
+
+Import this module only where Triton is installed; ``TRITON_INTERPRET`` is read when the kernel
+is defined, i.e. at import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .base import arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One launch configuration of the kernel."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# (largest M served, config): the first row whose bound is >= M. Picked from SWEEP_CONFIGS by
+# timing every candidate on an H200 (CUDA-graph replay) at the four Qwen3-1.7B layer shapes with
+# ``int8alibi bench kernels --sweep-triton --m 1 16 512 4096``: the fastest config for M <= 16, the
+# one with the best worst-case ratio to torch._int_mm over the four shapes at M = 512, and the
+# fastest at M = 4096. Every timed config's output was equal bit for bit to the emulation.
+TILE_TABLE: tuple[tuple[int, TileConfig], ...] = (
+    (16, TileConfig(16, 64, 256, 1, 4, 4)),
+    (1024, TileConfig(64, 64, 128, 8, 4, 4)),
+    (2**31, TileConfig(128, 128, 128, 8, 8, 3)),
+)
+
+# Candidates the sweep times (``bench kernels --sweep-triton``); the table above is picked from them.
+SWEEP_CONFIGS: tuple[TileConfig, ...] = (
+    TileConfig(16, 64, 256, 1, 4, 4),
+    TileConfig(16, 128, 128, 1, 4, 4),
+    TileConfig(32, 64, 256, 1, 4, 4),
+    TileConfig(64, 64, 128, 8, 4, 4),
+    TileConfig(64, 128, 128, 8, 4, 4),
+    TileConfig(64, 128, 256, 8, 4, 3),
+    TileConfig(128, 64, 128, 8, 4, 4),
+    TileConfig(128, 128, 64, 8, 4, 4),
+    TileConfig(128, 128, 128, 8, 8, 3),
+    TileConfig(128, 128, 128, 8, 4, 4),
+    TileConfig(128, 256, 128, 8, 8, 3),
+    TileConfig(64, 64, 256, 8, 4, 4),
+    TileConfig(64, 256, 128, 8, 8, 3),
+    TileConfig(128, 64, 256, 8, 4, 3),
+    TileConfig(128, 128, 256, 8, 8, 3),
+)
+
+
+def config_for(m: int) -> TileConfig:
+    """The table's launch configuration for ``m`` activation rows (the last row takes any larger M)."""
+    for bound, config in TILE_TABLE[:-1]:
+        if m <= bound:
+            return config
+    return TILE_TABLE[-1][1]
+
+
+@triton.jit
+def _bf16_rne_bits(y):
+    """float32 -> bf16 bits, round to nearest even, as int16; NaN keeps sign and payload, gets quiet."""
+    bits = y.to(tl.int32, bitcast=True)
+    lsb = (bits >> 16) & 1
+    rounded = (bits + 0x7FFF + lsb) >> 16  # carries into the exponent give the next binade or inf
+    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    quiet_nan = (bits >> 16) | 0x40
+    return tl.where(is_nan, quiet_nan, rounded).to(tl.int16)
+
+
+@triton.jit
+def _w8a8_kernel(
+    a_ptr, w_ptr, sa_ptr, sw_ptr, out_ptr,
+    M, N, K,
+    stride_am, stride_wn, stride_om,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr,
+):
+    # Grouped program order: GROUP_M row tiles share each weight column tile while it is in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Out-of-range rows/columns load a valid row instead (wrapped index) and are never stored.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :]
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + offs_k[:, None]  # [BLOCK_K, BLOCK_N], K-major
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            w = tl.load(w_ptrs)
+        else:
+            in_k = offs_k < K - k0
+            a = tl.load(a_ptrs, mask=in_k[None, :], other=0)
+            w = tl.load(w_ptrs, mask=in_k[:, None], other=0)
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+
+    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+    in_out = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if EPILOGUE:
+        s_a = tl.load(sa_ptr + rows)
+        s_w = tl.load(sw_ptr + cols)
+        y = s_w[None, :] * (s_a[:, None] * acc.to(tl.float32))
+        tl.store(out_ptrs, _bf16_rne_bits(y), mask=in_out)
+    else:
+        tl.store(out_ptrs, acc, mask=in_out)
+
+
+def interpreted() -> bool:
+    """Whether the kernel was defined under ``TRITON_INTERPRET=1`` (runs on CPU tensors in numpy)."""
+    return type(_w8a8_kernel).__name__ == "InterpretedFunction"
+
+
+def _launch(
+    a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor | None, s_w: torch.Tensor | None,
+    config: TileConfig | None,
+) -> torch.Tensor:
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    cfg = config or config_for(m)
+    a_q, w_q = a_q.contiguous(), w_q.contiguous()
+    epilogue = s_a is not None
+    out = torch.empty((m, n), dtype=torch.int16 if epilogue else torch.int32, device=a_q.device)
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    _w8a8_kernel[grid](
+        a_q, w_q, s_a.contiguous() if epilogue else a_q, s_w.contiguous() if epilogue else a_q, out,
+        m, n, k,
+        a_q.stride(0), w_q.stride(0), out.stride(0),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EVEN_K=k % cfg.block_k == 0, EPILOGUE=epilogue,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out.view(torch.bfloat16) if epilogue else out
+
+
+class TritonArm:
+    """The project's Triton kernel (binary on a GPU; numpy interpreter on CPU, for tests only)."""
+
+    name = "triton"
+    is_emulation = False
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = as_device(device)
+
+    def available(self) -> tuple[bool, str]:
+        if self.device.type == "cuda":
+            if interpreted():
+                return False, "TRITON_INTERPRET=1 is set: the kernel would run in the interpreter, not on the GPU"
+            if not torch.cuda.is_available():
+                return False, "no CUDA GPU visible to torch"
+            return True, f"Triton {triton.__version__} JIT on CUDA"
+        if interpreted():
+            return True, "TRITON_INTERPRET=1: Triton interpreter on CPU (tests only, not a GPU binary)"
+        return False, "the Triton kernel runs on a CUDA device (on CPU only under TRITON_INTERPRET=1)"
+
+    def _check(self, a_q: torch.Tensor, w_q: torch.Tensor) -> None:
+        check_device(a_q, self.device, self.name)
+        _, k, n = check_pair(a_q, w_q, self.name)
+        check_multiple(k, 16, "K", self.name)
+        check_multiple(n, 16, "N", self.name)
+
+    def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor, config: TileConfig | None = None) -> torch.Tensor:
+        self._check(a_q, w_q)
+        return _launch(a_q, w_q, None, None, config)
+
+    def scaled_mm(
+        self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
+        config: TileConfig | None = None,
+    ) -> torch.Tensor:
+        check_operands(a_q, w_q, s_a, s_w, self.name)
+        self._check(a_q, w_q)
+        return _launch(a_q, w_q, s_a, s_w, config)
+
+    def evidence(self) -> dict[str, object]:
+        return arm_evidence(
+            self.name,
+            "int8alibi.kernels.triton_arm._w8a8_kernel (Triton JIT: tl.dot int8 -> int32, fused float32 "
+            "epilogue s_w*(s_a*f32(acc)), bf16 round-to-nearest-even on integer bits)",
+            self.device,
+            is_emulation=False,
+            epilogue_order="triton",
+            interpreter=interpreted(),
+            tile_table=[{"max_m": bound, **asdict(cfg)} for bound, cfg in TILE_TABLE],
+        )
