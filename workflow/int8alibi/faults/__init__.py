@@ -1,0 +1,10 @@
+"""The layer-level fault campaign (DESIGN section 5): reference pipeline, fault catalogue, cells.
+
+``reference`` is arm A; ``catalogue`` holds F1..F9 as pure functions; ``run_layer`` runs all 42
+cells x 7 checks of one layer and ``run_campaign`` streams layers through it.
+"""
+
+from .campaign import CELLS_PER_LAYER, CampaignSettings, run_campaign, run_layer
+from .pipeline import reference
+
+__all__ = ["CELLS_PER_LAYER", "CampaignSettings", "reference", "run_campaign", "run_layer"]

@@ -1,0 +1,375 @@
+"""The fault campaign: every cell (fault x severity x regime) of one layer, then layer after layer.
+
+Cells of a layer share almost everything, so a layer is computed once, on its device:
+* one exact accumulator, and one pass over the K-tiles for fault F5's float32 reductions in
+  both regimes;
+* F6 and F7 inflate the depth by tiling the operands r times along K, which multiplies the exact
+  accumulator by r: derived, never recomputed (F7 may first boost one activation row);
+* F9's one-element rung is a rank-one update of one accumulator row;
+* an epilogue fault's full output is computed once per regime, and each severity is read off its
+  sparse difference to the reference at the seeded positions (``checks.ElementDiff``).
+Layers stream: only one layer's tensors are alive at a time.
+
+Cell semantics (DESIGN section 5, faults.yaml): arm A is the reference pipeline, arm B the same
+pipeline with the fault. ``changed_elements`` counts the elements of arm B's output that differ
+bitwise from the layer's fault-free reference output (arm A on the layer's own operands, same
+regime); a cell with none is unobservable. ``max_ulp`` is the largest finite ulp distance between
+the cell's two arms, what check 6 sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ..arith import exact_accumulator, wrap_int32
+from ..checks import (CellEvidence, ElementDiff, OperandSet, OutputComparison, Thresholds, accumulator_matches,
+                      all_pow2, count_differing, evaluate, nonfinite_index, operands_identical,
+                      ordered_positions)
+from ..errors import InputError, ProtocolError
+from ..operands import Operands
+from . import catalogue as cat
+from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
+
+SEVERITIES = ("one", "pct", "all")
+EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
+# The catalogue this module implements: fault -> the severities it runs.
+FAULT_SEVERITIES: dict[str, tuple[str, ...]] = {
+    **{f: SEVERITIES for f in EPILOGUE_FAULTS},
+    "F6": ("all",), "F7": ("all",), "F8": ("all",), "F9": SEVERITIES,
+}
+CELLS_PER_LAYER = sum(len(s) for s in FAULT_SEVERITIES.values()) * len(REGIMES)
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    """The pinned parameters a campaign runs with (faults.yaml and thresholds.yaml)."""
+
+    thresholds: Thresholds
+    tile_width: int
+    pct_fraction: Fraction
+    seed: int
+
+    @classmethod
+    def from_protocol(cls, protocol: Any) -> "CampaignSettings":
+        """Read the settings from a loaded ``int8alibi.protocol.Protocol``; refuse a catalogue this
+        module does not implement (another fault list, severity set or regime), naming the file."""
+        faults = protocol.faults
+        declared = {fid: tuple(info.severities) for fid, info in protocol.fault_info().items()}
+        if declared != FAULT_SEVERITIES:
+            raise ProtocolError(f"faults.yaml: fault catalogue {declared} is not the one the campaign implements "
+                                f"({FAULT_SEVERITIES})")
+        regimes = {name: spec.get("snap") for name, spec in faults["regimes"].items()}
+        if regimes != {"own": None, "pow2": "nearest"}:
+            raise ProtocolError(f"faults.yaml: regimes {regimes} are not the campaign's (own as given, pow2 nearest)")
+        if faults["severities"]["one"]["elements"] != 1:
+            raise ProtocolError("faults.yaml: severity 'one' must reach exactly one element")
+        f5 = next(f for f in faults["faults"] if f["id"] == "F5")
+        return cls(
+            thresholds=Thresholds.from_protocol(protocol.thresholds),
+            tile_width=int(f5["params"]["tile_width"]),
+            pct_fraction=Fraction(str(faults["severities"]["pct"]["fraction"])),
+            seed=int(faults["seed"]),
+        )
+
+
+def cell_rng(seed: int, layer: str, fault: str, severity: str, regime: str) -> np.random.Generator:
+    """The generator of one cell, derived from the seed and the cell's identity only.
+
+    A cell's draws therefore do not depend on which other cells or layers run, or in what order
+    (shards of a scattered campaign draw exactly what a single run draws). Drawn on the host, so
+    the picks are the same on every device.
+    """
+    digest = hashlib.sha256(f"{seed}|{layer}|{fault}|{severity}|{regime}".encode()).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
+
+
+def fraction_count(fraction: Fraction, total: int) -> int:
+    """ceil(fraction * total), never below one: the size of a ``pct`` rung."""
+    return max(1, math.ceil(fraction * total))
+
+
+def picked_elements(rng: np.random.Generator, severity: str, total: int, fraction: Fraction) -> np.ndarray | None:
+    """Sorted flat output positions a severity reaches (None for ``all``): one, or a fraction
+    drawn without replacement."""
+    if severity == "all":
+        return None
+    if severity == "one":
+        return np.array([rng.integers(total)], dtype=np.int64)
+    count = fraction_count(fraction, total)
+    return np.sort(rng.choice(total, size=count, replace=False, shuffle=False)).astype(np.int64)
+
+
+class _Facts:
+    """Per-layer memo of facts about tensors many cells share, keyed by object identity.
+
+    The keyed objects are held here while the memo lives, so an identity cannot be reused.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[int, ...], Any] = {}
+        self._held: list[tuple[object, ...]] = []
+
+    def get(self, objects: tuple[object, ...], compute: Callable[[], Any]) -> Any:
+        key = tuple(id(o) for o in objects)
+        if key not in self._values:
+            self._values[key] = compute()
+            self._held.append(objects)
+        return self._values[key]
+
+
+@dataclass(frozen=True)
+class _Arm:
+    """One arm of a cell: what it received and the int32 accumulator it held."""
+
+    operands: OperandSet
+    acc32: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Inflated:
+    """F6 or F7 (both arms): tiling, the operands tiled, and the exact and int32 accumulators."""
+
+    repeats: int
+    boosted: bool
+    a_q: torch.Tensor
+    exact: torch.Tensor
+    acc32: torch.Tensor
+    absmax: int
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """The layer's fault-free output in one regime, with facts every comparison against it reuses."""
+
+    y: torch.Tensor
+    nonfinite: torch.Tensor
+    ordered: torch.Tensor
+
+    def diff(self, y_b: torch.Tensor) -> ElementDiff:
+        return ElementDiff.of(self.y, y_b, nonfinite_a=self.nonfinite, ordered_a=self.ordered)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    fault: str
+    severity: str
+    regime: str
+    evidence: CellEvidence
+    changed: int
+    repeats: int
+    boosted: bool
+
+
+def _kernel_accumulator(exact: torch.Tensor, absmax: int) -> torch.Tensor:
+    """The int32 a kernel holds for the exact accumulator whose largest magnitude is ``absmax``.
+
+    Within int32 the two's-complement wrap is the identity, and a plain conversion says so in
+    one pass instead of ``wrap_int32``'s several; beyond it, the wrap.
+    """
+    return exact.to(torch.int32) if absmax <= 2**31 - 1 else wrap_int32(exact)
+
+
+def _validate(op: Operands) -> None:
+    for name in ("a_q", "w_q"):
+        t = getattr(op, name)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int8 or t.dim() != 2:
+            raise InputError(f"layer {op.layer!r}: {name} must be a 2-D int8 tensor")
+    if op.a_q.shape[1] != op.w_q.shape[1]:
+        raise InputError(f"layer {op.layer!r}: reduction depths differ "
+                         f"(a_q {tuple(op.a_q.shape)}, w_q {tuple(op.w_q.shape)})")
+    if 0 in (*op.a_q.shape, op.w_q.shape[0]):
+        raise InputError(f"layer {op.layer!r}: empty operands {tuple(op.a_q.shape)} x {tuple(op.w_q.shape)}")
+
+
+class _LayerRun:
+    """All cells of one layer on one device."""
+
+    def __init__(self, op: Operands, settings: CampaignSettings, device: torch.device) -> None:
+        _validate(op)
+        self.op, self.settings = op, settings
+        self.name = f"layer {op.layer!r}"
+        self.facts = _Facts()
+        self.a_q, self.w_q = op.a_q.to(device), op.w_q.to(device)
+        self.m, self.k = self.a_q.shape
+        self.n = self.w_q.shape[0]
+        s_a = as_scales(op.s_a.to(device), self.m, f"{self.name} s_a")
+        s_w = as_scales(op.s_w.to(device), self.n, f"{self.name} s_w")
+        self.scales = {r: (regime_scales(s_a, r, f"{self.name} s_a"), regime_scales(s_w, r, f"{self.name} s_w"))
+                       for r in REGIMES}
+        self.acc = exact_accumulator(self.a_q, self.w_q)
+        # F5's float32 reductions in both regimes, in one pass over the K-tiles.
+        self.f5_totals = {r: torch.zeros(self.m, self.n, dtype=torch.float32, device=device) for r in REGIMES}
+        for partial in tile_partial_sums(self.a_q, self.w_q, settings.tile_width):
+            for r in REGIMES:
+                cat.f5_accumulate_(self.f5_totals[r], partial, self.scales[r][1])
+        self.absmax = int(self.acc.abs().max().item())
+        self.acc32 = _kernel_accumulator(self.acc, self.absmax)
+        self.acc_f32 = self.acc32.to(torch.float32)
+
+    def _evidence(self, a: _Arm, b: _Arm, exact_a: torch.Tensor, absmax: int,
+                  outputs: OutputComparison) -> CellEvidence:
+        f = self.facts
+        scales = (a.operands.s_a, a.operands.s_w, b.operands.s_a, b.operands.s_w)
+        return CellEvidence(
+            operands_identical=f.get((a.operands, b.operands), lambda: operands_identical(a.operands, b.operands)),
+            k=(a.operands.k, b.operands.k),
+            exact_absmax=absmax,
+            accumulators=all(f.get((acc, exact_a), lambda acc=acc: accumulator_matches(acc, exact_a))
+                             for acc in (a.acc32, b.acc32)),
+            scales_pow2=all(f.get((s,), lambda s=s: all_pow2(s)) for s in scales),
+            outputs=outputs,
+        )
+
+    def _draw(self, fault: str, severity: str, regime: str) -> np.random.Generator:
+        return cell_rng(self.settings.seed, self.op.layer, fault, severity, regime)
+
+    def cells(self) -> Iterator[_Cell]:
+        """Every cell of the layer, regime by regime."""
+        inflated = {"F6": self._f6(), "F7": self._f7()}
+        operand_all = cat.f9_all(self.a_q)
+        acc_all = exact_accumulator(operand_all, self.w_q)
+        absmax_b = int(acc_all.abs().max().item())
+        acc32_all, absmax_all = _kernel_accumulator(acc_all, absmax_b), max(self.absmax, absmax_b)
+        del acc_all
+        for regime in REGIMES:
+            s_a, s_w = self.scales[regime]
+            base = _Arm(OperandSet(self.a_q, self.w_q, s_a, s_w), self.acc32)
+            y_ref = epilogue(self.acc32, s_a, s_w)
+            ref = _Reference(y_ref, nonfinite_index(y_ref), ordered_positions(y_ref))
+            yield from self._epilogue_cells(regime, base, ref)
+            for fault, inf in inflated.items():
+                arm = _Arm(OperandSet(inf.a_q, self.w_q, s_a, s_w, repeats=inf.repeats), inf.acc32)
+                y = epilogue(inf.acc32, s_a, s_w)
+                changed = count_differing(ref.y, y)
+                ev = self._evidence(arm, arm, inf.exact, inf.absmax, ElementDiff.of(y, y).summary())
+                yield _Cell(fault, "all", regime, ev, changed, inf.repeats, inf.boosted)
+            ev = self._evidence(base, base, self.acc, self.absmax, ref.diff(ref.y).summary())
+            yield _Cell("F8", "all", regime, ev, ev.outputs.differing, 1, False)
+            arm_all = _Arm(OperandSet(operand_all, self.w_q, s_a, s_w), acc32_all)
+            yield self._operand_cell(regime, "all", base, arm_all, ref, absmax_all)
+            yield self._f9_one(regime, base, ref)
+            yield self._f9_pct(regime, base, ref)
+
+    def _epilogue_cells(self, regime: Regime, base: _Arm, ref: _Reference) -> Iterator[_Cell]:
+        s_a, s_w = self.scales[regime]
+        faulty: dict[str, Callable[[], torch.Tensor]] = {
+            "F1": lambda: cat.f1_scale_precision(self.acc_f32, s_a, s_w),
+            "F2": lambda: cat.f2_double_rounding(self.acc_f32, s_a, s_w),
+            "F3": lambda: cat.f3_scale_order(self.acc_f32, s_a, s_w),
+            "F4": lambda: cat.f4_output_truncation(self.acc_f32, s_a, s_w),
+            "F5": lambda: cat.f5_finish(self.f5_totals[regime], s_a),
+        }
+        total = self.m * self.n
+        for fault in EPILOGUE_FAULTS:
+            diff = ref.diff(faulty[fault]())
+            for severity in SEVERITIES:
+                rng = self._draw(fault, severity, regime)
+                picks = picked_elements(rng, severity, total, self.settings.pct_fraction)
+                where = None if picks is None else torch.as_tensor(picks, device=ref.y.device)
+                outputs = diff.summary(where)
+                ev = self._evidence(base, base, self.acc, self.absmax, outputs)
+                yield _Cell(fault, severity, regime, ev, outputs.differing, 1, False)
+
+    def _f6(self) -> _Inflated:
+        """Tile both operands r times along K, r the least depth at which the accumulator wraps."""
+        r = cat.f6_overflow_repeats(self.acc, self.name)
+        exact = self.acc * r
+        return _Inflated(r, False, self.a_q, exact, _kernel_accumulator(exact, r * self.absmax), r * self.absmax)
+
+    def _f7(self) -> _Inflated:
+        """Tile to pass 2^24 below the int32 bound; boost one activation row first when needed."""
+        th = self.settings.thresholds
+        bounds = (self.k, th.f32_exact_bound, th.product_bound, th.int32_limit)
+        a_q, acc, absmax, boosted = self.a_q, self.acc, self.absmax, False
+        r = cat.f7_repeats(absmax, *bounds)
+        if r is None:
+            a_q, row, _ = cat.f7_boost(self.a_q, self.w_q)
+            acc = self.acc.clone()
+            acc[row] = exact_accumulator(a_q[row:row + 1], self.w_q)[0]
+            absmax, boosted = int(acc.abs().max().item()), True
+            r = cat.f7_repeats(absmax, *bounds)
+            if r is None:
+                raise InputError(f"{self.name}: F7 cannot be induced: even with a boosted activation row no "
+                                 f"depth passes {th.f32_exact_bound} while {th.product_bound}*K stays below "
+                                 f"{th.int32_limit} (K={self.k})")
+        exact = acc * r
+        return _Inflated(r, boosted, a_q, exact, _kernel_accumulator(exact, r * absmax), r * absmax)
+
+    def _f9_one(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
+        """One activation element moved: only accumulator row ``row`` changes (a rank-one update)."""
+        s_a, s_w = self.scales[regime]
+        rng = self._draw("F9", "one", regime)
+        row, col = int(rng.integers(self.m)), int(rng.integers(self.k))
+        operand, delta = cat.f9_one(self.a_q, row, col)
+        acc_row = self.acc[row] + delta * self.w_q[:, col].to(torch.int64)
+        acc32 = self.acc32.clone()
+        acc32[row] = wrap_int32(acc_row)
+        # Rows other than `row` are arm A's, so the larger of the two maxima is over A's rows and this one.
+        absmax = max(self.absmax, int(acc_row.abs().max().item()))
+        return self._operand_cell(regime, "one", base, _Arm(OperandSet(operand, self.w_q, s_a, s_w), acc32),
+                                  ref, absmax)
+
+    def _f9_pct(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
+        """A fraction of the activation scales moved one float32 step up; the int8 tensors untouched."""
+        s_a, s_w = self.scales[regime]
+        rng = self._draw("F9", "pct", regime)
+        count = fraction_count(self.settings.pct_fraction, self.m)
+        rows = np.sort(rng.choice(self.m, size=count, replace=False, shuffle=False)).astype(np.int64)
+        s_a_pct = cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device))
+        arm = _Arm(OperandSet(self.a_q, self.w_q, s_a_pct, s_w), self.acc32)
+        return self._operand_cell(regime, "pct", base, arm, ref, self.absmax)
+
+    def _operand_cell(self, regime: Regime, severity: str, base: _Arm, arm_b: _Arm, ref: _Reference,
+                      absmax: int) -> _Cell:
+        """An F9 cell: arm B runs the reference pipeline on its own (different) operands."""
+        y_b = epilogue(arm_b.acc32, arm_b.operands.s_a, arm_b.operands.s_w)
+        outputs = ref.diff(y_b).summary()
+        ev = self._evidence(base, arm_b, self.acc, absmax, outputs)
+        return _Cell("F9", severity, regime, ev, outputs.differing, 1, False)
+
+
+def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu") -> pd.DataFrame:
+    """All cells x checks of one layer, one row each (``CELLS_PER_LAYER * 7`` rows), unscored.
+
+    Columns: layer, block, proj, fault, severity, regime, check, changed_elements, observable,
+    max_ulp (None when no finite pair), nonfinite, k_effective, tile_repeats, f7_boost,
+    applicable, fired (None when not applicable), reason.
+    """
+    run = _LayerRun(op, settings, torch.device(device))
+    rows: list[dict[str, Any]] = []
+    for cell in run.cells():
+        ev = cell.evidence
+        common = {
+            "layer": op.layer, "block": int(op.block), "proj": op.proj,
+            "fault": cell.fault, "severity": cell.severity, "regime": cell.regime,
+            "changed_elements": cell.changed, "observable": cell.changed > 0,
+            "max_ulp": ev.outputs.max_finite_ulp, "nonfinite": ev.outputs.nonfinite,
+            "k_effective": max(ev.k), "tile_repeats": cell.repeats, "f7_boost": cell.boosted,
+        }
+        for result in evaluate(ev, settings.thresholds):
+            rows.append({**common, "check": result.check, "applicable": result.applicable,
+                         "fired": result.fired, "reason": result.reason})
+    if len(rows) != CELLS_PER_LAYER * 7:
+        raise InputError(f"layer {op.layer!r}: campaign produced {len(rows)} rows, expected {CELLS_PER_LAYER * 7}")
+    return pd.DataFrame.from_records(rows)
+
+
+def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device | str = "cpu",
+                 *, total: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """Stream ``layers`` through ``run_layer`` (one layer's tensors alive at a time); progress on stderr."""
+    frames = []
+    for op in tqdm(layers, total=total, desc="faults", unit="layer", disable=not progress):
+        frames.append(run_layer(op, settings, device))
+    if not frames:
+        raise InputError("fault campaign: no layers to run")
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,143 @@
+"""The reference pipeline of the fault campaign (arm A): kernel semantics, bit for bit on any device.
+
+A W8A8 kernel holds the exact integer sum wrapped to int32, converts it to float32, multiplies
+by the per-token scale and then by the per-channel scale (each product rounded to float32) and
+rounds once to bfloat16, nearest even: ``bf16_rne((f32(acc) * s_a) * s_w)``. Every fault in
+``catalogue`` changes one step of this; the checks compare against the exact (int64) sum.
+
+Each float32 operation here is one IEEE operation on the device (correctly rounded on CPU and
+CUDA alike), so arm A's bits do not depend on where the campaign runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+
+from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, snap_pow2, wrap_int32
+from ..errors import InputError
+
+Regime = Literal["own", "pow2"]
+REGIMES: tuple[Regime, ...] = ("own", "pow2")
+
+
+def as_scales(s: torch.Tensor, rows: int, what: str) -> torch.Tensor:
+    """A scale vector as float32 [rows]: bf16 or float32, shape [rows] or [rows, 1], finite, >= 0.
+
+    Checkpoints store weight scales as bf16 [N, 1]; converting bf16 to float32 is exact, so the
+    kernel multiplies by the same numbers either way. Anything else names ``what`` and fails.
+    """
+    if not isinstance(s, torch.Tensor) or s.dtype not in (torch.float32, torch.bfloat16):
+        got = s.dtype if isinstance(s, torch.Tensor) else type(s).__name__
+        raise InputError(f"{what}: scales must be float32 or bfloat16, got {got}")
+    if tuple(s.shape) not in ((rows,), (rows, 1)):
+        raise InputError(f"{what}: scales of shape {tuple(s.shape)}, expected [{rows}] or [{rows}, 1]")
+    s = s.reshape(rows).to(torch.float32)
+    bad = ~torch.isfinite(s) | (s < 0)
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0].item())
+        raise InputError(f"{what}: {int(bad.sum())} scale(s) are negative or not finite "
+                         f"(first: {s[index].item()!r} at {index})")
+    return s
+
+
+def regime_scales(s: torch.Tensor, regime: Regime, what: str) -> torch.Tensor:
+    """The scales a regime runs with: ``own`` as given, ``pow2`` snapped to 2^round(log2 s).
+
+    A zero scale (an all-zero activation row) stays zero: it has no nearest power of two, and it
+    multiplies exactly already. Check 5 still sees it as not a power of two, so a cell with a
+    zero scale reports check 5 not applicable rather than borrowing an exactness it lacks.
+    """
+    if regime == "own":
+        return s
+    if regime != "pow2":
+        raise InputError(f"{what}: unknown scale regime {regime!r} (expected one of {REGIMES})")
+    zero = s == 0
+    snapped = snap_pow2(torch.where(zero, torch.ones_like(s), s), "nearest", name=what)
+    return torch.where(zero, s, snapped)
+
+
+def bf16_rne(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> bfloat16, round to nearest even, on any device.
+
+    torch's own float32 -> bf16 conversion rounds to nearest even on CPU and CUDA and is about a
+    hundred times faster than the integer-bit reference ``arith.bf16_round``; the two agree on
+    every non-NaN float32 (tests/faults/test_pipeline.py sweeps every bf16 neighbourhood, ties,
+    subnormals and overflow, on each device). torch canonicalises NaN payloads, so a tensor that
+    holds a NaN goes through the reference instead, which keeps sign and payload.
+    """
+    _require_f32(x, "bf16_rne")
+    if _has_nan(x):
+        return bf16_round(x, "rne")
+    return x.to(torch.bfloat16)
+
+
+def bf16_rtz(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> bfloat16, round toward zero: the top 16 bits of each float32.
+
+    bfloat16 is float32 with the low 16 fraction bits dropped, so truncation is exact for every
+    non-NaN value (finite values never overflow, inf stays inf). A NaN whose payload sits in the
+    dropped bits would truncate to inf, so tensors holding a NaN go through ``arith.bf16_round``.
+    """
+    _require_f32(x, "bf16_rtz")
+    if _has_nan(x):
+        return bf16_round(x, "rtz")
+    return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+
+
+def _has_nan(x: torch.Tensor) -> bool:
+    """Whether ``x`` holds a NaN: torch's max propagates NaN, one reduction without a mask."""
+    return x.numel() > 0 and bool(torch.isnan(x.amax()).item())
+
+
+def _require_f32(x: torch.Tensor, who: str) -> None:
+    if x.dtype != torch.float32:
+        raise InputError(f"{who}: input dtype {x.dtype} is not torch.float32")
+
+
+def scale(acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    """The reference scaling ``(acc * s_a) * s_w`` in float32, two rounded products, [M, N]."""
+    return (acc_f32 * s_a[:, None]) * s_w[None, :]
+
+
+def epilogue(acc32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    """The reference epilogue on a kernel's int32 accumulator: ``bf16_rne((f32(acc)*s_a)*s_w)``.
+
+    int32 -> float32 rounds to nearest even, as the hardware conversion does, so an accumulator
+    beyond 2^24 loses its low bits here exactly as in a kernel.
+    """
+    if acc32.dtype != torch.int32:
+        raise InputError(f"epilogue: accumulator dtype {acc32.dtype} is not torch.int32")
+    return bf16_rne(scale(acc32.to(torch.float32), s_a, s_w))
+
+
+def tile_partial_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Iterator[torch.Tensor]:
+    """float32(P_t) for consecutive K-tiles of ``width`` columns, in ascending order.
+
+    P_t is the tile's exact integer partial sum; converting it to float32 is exact up to 2^24 and
+    rounds to nearest even beyond. While ``width * 16384 <= 2^24`` every intermediate sum of a
+    float32 matmul of int8-valued operands is an integer of magnitude at most 2^24, hence exact
+    in any summation order (even with TF32 or bf16 inputs, which hold int8 values exactly): the
+    fast path. Wider tiles go through ``arith.exact_accumulator`` and one conversion. The last
+    tile is narrower when ``width`` does not divide K.
+    """
+    if width < 1:
+        raise InputError(f"tile_partial_sums: tile width {width} must be positive")
+    k = a_q.shape[1]
+    if width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
+        a32, w32 = a_q.to(torch.float32), w_q.to(torch.float32)
+        for start in range(0, k, width):
+            yield a32[:, start:start + width] @ w32[:, start:start + width].T
+    else:
+        for start in range(0, k, width):
+            yield exact_accumulator(a_q[:, start:start + width], w_q[:, start:start + width]).to(torch.float32)
+
+
+def reference(
+    a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arm A on one operand set: (int32 accumulator, bf16 output [M, N])."""
+    acc32 = wrap_int32(exact_accumulator(a_q, w_q))
+    return acc32, epilogue(acc32, s_a, s_w)
