@@ -64,3 +64,12 @@ def selected_arm_names(config: Mapping[str, Any]) -> list[str]:
 
     arm_a, arm_b, _ = select(config["arms"], resolve_device(config.get("device", "auto")))
     return [arm_a.name, arm_b.name]
+
+
+def shard_ranges(index_path: str, shards: int) -> list[tuple[int, int]]:
+    """Split the captured layers of the faults campaign into ``shards`` contiguous [start, stop) ranges."""
+    from .faults.sources import OperandSource
+
+    total = OperandSource.resolve(index_path).layer_count() or 0
+    bounds = [round(i * total / shards) for i in range(shards + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]

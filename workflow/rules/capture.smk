@@ -1,4 +1,4 @@
-rule capture:
+checkpoint capture:
     input:
         gate=rules.requant.output.gate,
         protocol=protocol_files("capture"),

@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from int8alibi.config import validate, write_effective_config
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
-from int8alibi.workflow_support import code_digest, config_digest, selected_arm_names, use_gpu
+from int8alibi.workflow_support import code_digest, config_digest, selected_arm_names, shard_ranges, use_gpu
 
 
 def _stop(exc):

@@ -1,0 +1,206 @@
+"""The report's sections. Each reads its Parquet tables and returns blocks; nothing is typed in.
+
+A table that a run did not produce (e.g. the optional tokens stage) gives a one-line note saying
+so, never an empty table that could be read as "nothing found".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..provenance.hashing import sha256_file
+from ..provenance.parquet import read_table
+from . import svg
+from .document import Block, Figure, Heading, Paragraph, Source, Table
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Reads result tables under one results folder and names each one's source."""
+
+    results: Path
+
+    def get(self, rel: str) -> tuple[pd.DataFrame, Source] | None:
+        path = self.results / rel
+        if not path.exists():
+            return None
+        return read_table(path), Source(f"{self.results.name}/{rel}", sha256_file(path))
+
+
+def _missing(rel: str) -> Paragraph:
+    return Paragraph(f"Not in this run: {rel} was not produced.")
+
+
+def run_facts(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Protocol in force")]
+    got = t.get("protocol/pins.parquet")
+    if got is None:
+        return blocks + [_missing("protocol/pins.parquet")]
+    pins, src = got
+    blocks.append(Table("Pinned protocol files and data", pins, (src,)))
+    return blocks
+
+
+def requant(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Requantization gate")]
+    got = t.get("requant/gate.parquet")
+    if got is None:
+        return blocks + [_missing("requant/gate.parquet")]
+    gate, src = got
+    summary = gate.groupby(["arm", "gate"], sort=True).agg(
+        layers=("layer", "size"),
+        bytes_equal=("bytes_equal", lambda s: int(s.fillna(False).sum())),
+        differing_int8=("differing_int8", lambda s: int(s.fillna(0).sum())),
+        all_pow2=("all_pow2", "all"),
+        scale_min=("scale_min", "min"),
+        scale_max=("scale_max", "max"),
+        clipped=("clipped", lambda s: int(s.fillna(0).sum())),
+        saturated=("saturated", "sum"),
+    ).reset_index()
+    blocks.append(Table("Per arm: layers, byte-equal layers, clipping and saturation", summary, (src,)))
+    return blocks
+
+
+def agreement(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Per-layer agreement between the two arms")]
+    got = t.get("compare/summary.parquet")
+    if got is None:
+        return blocks + [_missing("compare/summary.parquet")]
+    summary, src = got
+    blocks.append(Table("Layers identical / differing and max ulp, per setting and phase", summary, (src,)))
+    layers = t.get("compare/layers.parquet")
+    if layers is not None:
+        df, lsrc = layers
+        failed = df[df["prediction_held"] == "no"]
+        blocks.append(Paragraph(
+            f"Pinned pow2 predictions that failed: {len(failed)} of "
+            f"{int((df['prediction_held'] != 'n.a.').sum())} layer comparisons that carry one."))
+        if len(failed):
+            blocks.append(Table("Layers whose bitwise prediction failed", failed[
+                ["setting", "phase", "layer", "differing", "max_finite_ulp"]], (lsrc,)))
+    pred = t.get("prediction/predictions.parquet")
+    if pred is not None:
+        df, psrc = pred
+        own = df[(df["phase"] == "prefill")].sort_values(["block", "proj"])
+        if len(own):
+            per_block = own.groupby("block")["headroom_bits"].min()
+            finite = per_block.replace([np.inf, -np.inf], np.nan)
+            blocks.append(Figure(
+                "headroom", "Smallest headroom below 2^24 per block (bits, prefill)",
+                svg.bar_chart("Headroom below 2^24 (bits), min over the block's layers",
+                              [f"block {b}" for b in per_block.index],
+                              [float(v) if math.isfinite(v) else 0.0 for v in finite.fillna(0.0)]),
+                (psrc,)))
+    return blocks
+
+
+def faults(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Fault campaign")]
+    got = t.get("faults/detection.parquet")
+    if got is None:
+        return blocks + [_missing("faults/detection.parquet")]
+    detection, dsrc = got
+    blocks.append(Table("Detection by fault (F4 split by regime)", detection, (dsrc,)))
+    score = t.get("faults/scorecard.parquet")
+    if score is not None:
+        df, ssrc = score
+        for matrix in sorted(df["matrix"].unique()):
+            blocks.append(Table(f"Scorecard under the {matrix} matrix", df[df["matrix"] == matrix], (ssrc,)))
+    ulp = t.get("faults/ulp_distribution.parquet")
+    if ulp is not None:
+        df, usrc = ulp
+        df = df.assign(bucket=np.where(df["max_ulp"].isna(), "non-finite",
+                                       np.where(df["max_ulp"] <= 0, "0", np.where(df["max_ulp"] <= 1, "1", ">1"))))
+        pivot = df.pivot_table(index="fault", columns="bucket", values="cells", aggfunc="sum", fill_value=0)
+        series = {b: [int(v) for v in pivot[b]] for b in ["0", "1", ">1", "non-finite"] if b in pivot}
+        blocks.append(Figure("ulp", "Max ulp between the arms per cell, by fault",
+                             svg.stacked_bars("Cells by max ulp (arm A vs arm B)", list(pivot.index), series),
+                             (usrc,)))
+    cells = t.get("faults/cells.parquet")
+    if cells is not None:
+        df, csrc = cells
+        scored = df[df["observable"] & df["applicable"]]
+        rate = scored.assign(fired=scored["fired"].astype(float)).pivot_table(
+            index="fault", columns="check", values="fired", aggfunc="mean")
+        faults_ = sorted(df["fault"].unique())
+        checks = sorted(df["check"].unique())
+        grid = [[None if (f not in rate.index or c not in rate.columns or math.isnan(rate.loc[f, c]))
+                 else float(rate.loc[f, c]) for c in checks] for f in faults_]
+        blocks.append(Figure("detection", "Fraction of observable, applicable cells where the check fired",
+                             svg.heat_map("Detection heat map (fault × check)", faults_, [str(c) for c in checks], grid),
+                             (csrc,)))
+    return blocks
+
+
+def determinism(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("End-to-end determinism (greedy generation)")]
+    got = t.get("determinism/summary.parquet")
+    if got is None:
+        return blocks + [_missing("determinism/summary.parquet")]
+    summary, src = got
+    blocks.append(Table("Identical sequences across arms, per checkpoint; self-consistency", summary, (src,)))
+    agree = t.get("determinism/agreement.parquet")
+    if agree is not None:
+        df, asrc = agree
+        counts = df.groupby(["checkpoint", "comparison"]).agg(
+            prompts=("prompt", "size"), identical=("identical", "sum"),
+            earliest_divergence=("first_divergence", "min")).reset_index()
+        blocks.append(Table("Agreement per checkpoint and comparison", counts, (asrc,)))
+    return blocks
+
+
+def perplexity(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Perplexity cost of power-of-two scales")]
+    got = t.get("perplexity/summary.parquet")
+    if got is None:
+        return blocks + [_missing("perplexity/summary.parquet")]
+    summary, src = got
+    blocks.append(Table("Perplexity, relative change vs own (paired bootstrap), decomposition, H1, G1",
+                        summary, (src,)))
+    change = summary[summary["low"].notna() & summary["high"].notna()]
+    if len(change):
+        labels = [f"{r.quantity}: {r.arm}" for r in change.itertuples()]
+        blocks.append(Figure("perplexity", "Point estimates with their bootstrap intervals",
+                             svg.interval_plot("Relative change vs own (interval from the paired bootstrap)", labels,
+                                               change["value"].astype(float).tolist(),
+                                               change["low"].astype(float).tolist(),
+                                               change["high"].astype(float).tolist()),
+                             (src,)))
+    return blocks
+
+
+def tokens(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Token-level check 7")]
+    found = False
+    for rel, caption in [("tokens/pairs.parquet", "Flip rate per arm pair and checkpoint"),
+                         ("tokens/predictor.parquet", "Margin as a predictor of flips: ROC-AUC and Brier"),
+                         ("tokens/check7.parquet", "Check 7 under end-to-end fault injection")]:
+        got = t.get(rel)
+        if got is not None:
+            found = True
+            blocks.append(Table(caption, got[0], (got[1],)))
+    return blocks if found else blocks + [_missing("tokens/")]
+
+
+def stage_times(t: Tables, benchmarks: Path) -> list[Block]:
+    blocks: list[Block] = [Heading("Stage times (Snakemake benchmark files)")]
+    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.exists() else []
+    if not files:
+        return blocks + [Paragraph(f"No benchmark files under {benchmarks}.")]
+    rows = []
+    for f in files:
+        df = pd.read_csv(f, sep="\t")
+        rows.append({"rule": str(f.relative_to(benchmarks).with_suffix("")), "seconds": float(df["s"].iloc[0]),
+                     "max_rss_mb": float(df["max_rss"].iloc[0]) if "max_rss" in df else float("nan")})
+    frame = pd.DataFrame(rows)
+    src = Source(str(benchmarks), "per-file; timings are not part of any digest")
+    total = Paragraph(f"Sum of stage times: {frame['seconds'].sum():.1f} s over {len(frame)} jobs.")
+    return blocks + [Table("Wall time per job", frame, (src,)), total]
+
+
+SECTIONS = [run_facts, requant, agreement, faults, determinism, perplexity, tokens]

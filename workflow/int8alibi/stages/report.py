@@ -1,0 +1,44 @@
+"""Stage 10, report: the study's tables and figures as one Markdown and one self-contained HTML file.
+
+Every number comes from a Parquet table under ``results``; every table and figure names its source
+file and SHA-256. Stage wall times come from Snakemake's benchmark files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import Config
+from ..provenance.manifest import write_manifest
+from ..report import document, sections
+from . import log, stage_main
+
+
+def _exploratory(results: Path) -> bool:
+    import json
+
+    return any(json.loads(m.read_text()).get("exploratory", False) for m in results.glob("*/manifest.json"))
+
+
+def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Path | None = None) -> None:
+    results = Path(results or cfg.results)
+    benchmarks = Path(benchmarks) if benchmarks else Path("benchmarks") / ("" if results.name == "results" else results.name)
+    tables = sections.Tables(results)
+    exploratory = _exploratory(results)
+    doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
+    doc.add(document.Paragraph(
+        f"Model source: {cfg['model']['source']}; size profile: {cfg['size_profile']}; arms: {cfg['arms']}; "
+        + ("EXPLORATORY run: predictions were not pinned before comparison." if exploratory
+           else "predictions pinned before comparison.")))
+    for section in sections.SECTIONS:
+        doc.add(*section(tables))
+    doc.add(*sections.stage_times(tables, benchmarks))
+    written = document.write(doc, out_dir)
+    inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name != "report")
+    write_manifest(out_dir, stage="report", outputs=written, inputs=inputs,
+                   params={"results": str(results)}, exploratory=exploratory)
+    log.info("report written: %s", ", ".join(p.name for p in written))
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))
