@@ -1,0 +1,172 @@
+"""Perplexity summary: intervals, the decomposition, H1 and the gate, on NLLs with known answers;
+and the stage end to end on the tiny synthetic model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from int8alibi.config import Config, load_config
+from int8alibi.corpus import encode, load_corpus
+from int8alibi.errors import ProtocolError
+from int8alibi.model.sources import load_parent
+from int8alibi.protocol import load
+from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
+from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.parquet import read_table
+from int8alibi.stages import model as model_stage
+from int8alibi.stages import requant
+from int8alibi.stages.perplexity import ARMS, _gate, analyse
+from int8alibi.stages.perplexity import run as perplexity_stage
+
+ROOT = Path(__file__).resolve().parents[2]
+ANALYSIS = load(ROOT / "preregistration").analysis
+WINDOWS = 12
+
+
+def offsets(**per_token: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """NLLs whose per-token mean exceeds own's by a constant in every window (windows differ)."""
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(20, 40, size=WINDOWS)
+    own = tokens * rng.uniform(1.5, 3.0, size=WINDOWS)
+    return {arm: own + per_token.get(arm, 0.0) * tokens for arm in ARMS}, tokens
+
+
+def by_quantity(frame: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["quantity"], r["arm"]): r for r in frame.to_dict("records")}
+
+
+def test_constant_offsets_give_known_values_and_degenerate_paired_intervals() -> None:
+    nll, tokens = offsets(parent=-0.01, **{"pow2-nearest": 0.10, "pow2-ceiling": 0.02, "probe": 0.30})
+    rows = by_quantity(analyse(nll, tokens, ANALYSIS))
+    own = math.exp(sum(nll["own"]) / sum(tokens))
+    assert rows[("perplexity", "own")]["value"] == pytest.approx(own, rel=1e-13)
+    for arm, d in (("parent", -0.01), ("pow2-nearest", 0.10), ("pow2-ceiling", 0.02), ("probe", 0.30)):
+        r = rows[("relative_change_vs_own", arm)]
+        assert r["value"] == pytest.approx(math.exp(d) - 1, abs=1e-12)
+        assert r["low"] == pytest.approx(r["value"], abs=1e-12) and r["high"] == pytest.approx(r["value"], abs=1e-12)
+        assert r["level"] == ANALYSIS["bootstrap"]["level"]
+    share = rows[("mismatch_share", "probe")]
+    expected = (math.exp(0.30) - math.exp(0.10)) / (math.exp(0.30) - 1)
+    assert share["value"] == pytest.approx(expected, rel=1e-11)
+    assert share["low"] == pytest.approx(expected, rel=1e-9) and share["high"] == pytest.approx(expected, rel=1e-9)
+    assert rows[("constraint_share", "probe")]["value"] == pytest.approx(1 - expected, rel=1e-10)
+    h1 = rows[("hypothesis:H1", "pow2-ceiling")]
+    assert h1["value"] == pytest.approx(math.exp(0.02) - math.exp(0.10), rel=1e-11)
+    assert h1["verdict"] == "supported"
+    g1 = rows[("gate:G1", "pow2-ceiling")]
+    assert g1["value"] == pytest.approx(math.exp(0.02) - 1, rel=1e-11) and g1["verdict"] == "gate not triggered"
+    assert ("relative_change_vs_own", "own") not in rows
+
+
+def test_a_costly_ceiling_arm_contradicts_h1_and_triggers_the_gate_honestly() -> None:
+    nll, tokens = offsets(**{"pow2-nearest": 0.04, "pow2-ceiling": 0.08, "probe": 0.30})
+    rows = by_quantity(analyse(nll, tokens, ANALYSIS))
+    assert rows[("hypothesis:H1", "pow2-ceiling")]["verdict"].startswith("not supported")
+    assert rows[("gate:G1", "pow2-ceiling")]["verdict"] == "triggered: search arm not in this study's build"
+
+
+def test_noisy_windows_widen_the_interval_around_the_estimate() -> None:
+    nll, tokens = offsets(**{"pow2-nearest": 0.10, "pow2-ceiling": 0.02, "probe": 0.30})
+    nll["pow2-ceiling"] = nll["pow2-ceiling"] + np.random.default_rng(9).normal(0, 0.5, size=WINDOWS) * tokens
+    r = by_quantity(analyse(nll, tokens, ANALYSIS))[("relative_change_vs_own", "pow2-ceiling")]
+    assert r["low"] < r["value"] < r["high"] and r["high"] - r["low"] > 0.05
+
+
+def test_a_probe_without_excess_has_no_decomposition() -> None:
+    nll, tokens = offsets(**{"pow2-nearest": 0.10, "pow2-ceiling": 0.02})
+    r = by_quantity(analyse(nll, tokens, ANALYSIS))[("mismatch_share", "probe")]
+    assert r["value"] is None or np.isnan(r["value"])
+    assert r["detail"].startswith("not applicable")
+
+
+def test_gate_threshold_is_strict_at_the_boundary() -> None:
+    gate = {"id": "G9", "arm": "pow2-ceiling", "metric": "relative_perplexity_change", "reference": "own",
+            "threshold": 0.5, "comparison": "greater"}
+    assert _gate(gate, {"own": 2.0, "pow2-ceiling": 3.0})["verdict"] == "gate not triggered"
+    above = np.nextafter(3.0, 4.0)
+    assert _gate(gate, {"own": 2.0, "pow2-ceiling": above})["verdict"].startswith("triggered")
+    with pytest.raises(ProtocolError, match="comparison 'between'"):
+        _gate({**gate, "comparison": "between"}, {"own": 2.0, "pow2-ceiling": 3.0})
+    with pytest.raises(ProtocolError, match="metric 'accuracy'"):
+        _gate({**gate, "metric": "accuracy"}, {"own": 2.0, "pow2-ceiling": 3.0})
+
+
+# End to end on the tiny synthetic model: real model + requant stages, then the perplexity stage twice.
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Path, Path]:
+    """(config, first output folder, second output folder) of two perplexity runs on the tiny model."""
+    tmp = tmp_path_factory.mktemp("tiny-perplexity")
+    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    data.update(model={"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}}, size_profile="tiny",
+                corpus={"source": "synthetic", "path": None}, device="cpu",
+                arms=["exact-cutlass-order", "exact-triton-order"], results=str(tmp / "results"))
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_config(path)
+    model_stage.run(cfg, cfg.results / "model")
+    requant.run(cfg, cfg.results / "requant", parent=cfg.results / "model" / "parent.parquet",
+                protocol=ROOT / "preregistration")
+    outs = (cfg.results / "perplexity-a", cfg.results / "perplexity-b")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        for out in outs:
+            out.mkdir()
+            perplexity_stage(cfg, out, gate=cfg.results / "requant" / "gate.parquet")
+    return cfg, *outs
+
+
+@pytest.mark.slow
+def test_tiny_model_windows_follow_the_rule_and_scores_match_an_independent_computation(
+        scored: tuple[Config, Path, Path]) -> None:
+    cfg, out, _ = scored
+    profile = load(ROOT / "preregistration").size_profile("tiny")
+    frame = read_table(out / "windows.parquet")
+    assert sorted(set(frame["arm"])) == sorted(ARMS)
+    assert len(frame) == len(ARMS) * profile["windows"]
+    assert set(frame["tokens"]) == {profile["window_tokens"] - 1}
+    assert np.allclose(frame["nll_mean"], frame["nll_sum"] / frame["tokens"], rtol=0, atol=0)
+
+    model, tokenizer, _ = load_parent(cfg)
+    ids = encode(tokenizer, load_corpus(cfg).text)
+    cut = torch.tensor(ids[: profile["windows"] * profile["window_tokens"]]).reshape(profile["windows"], -1)
+    manifest = load_manifest(out / "manifest.json")
+    assert manifest["extra"]["windows_sha256"] == sha256_bytes(canonical_json(cut.tolist()).encode())
+    parent = frame[frame["arm"] == "parent"].sort_values("window")
+    with torch.inference_mode():
+        for w in range(profile["windows"]):
+            logits = model(input_ids=cut[w:w + 1]).logits[0, :-1].float()
+            reference = torch.nn.functional.cross_entropy(logits, cut[w, 1:], reduction="sum").item()
+            assert parent["nll_sum"].iloc[w] == pytest.approx(reference, rel=1e-5)
+    by_arm = {a: frame[frame["arm"] == a].sort_values("window")["nll_sum"].to_numpy() for a in ARMS}
+    assert not np.array_equal(by_arm["parent"], by_arm["own"])          # the W8A8 layers really ran
+    assert not np.array_equal(by_arm["probe"], by_arm["pow2-nearest"])  # the probe is its own checkpoint
+
+
+@pytest.mark.slow
+def test_tiny_model_summary_is_complete_and_runs_are_byte_identical(scored: tuple[Config, Path, Path]) -> None:
+    _, first, second = scored
+    for name in ("windows.parquet", "summary.parquet"):
+        assert sha256_file(first / name) == sha256_file(second / name)
+    rows = by_quantity(read_table(first / "summary.parquet"))
+    assert {arm for q, arm in rows if q == "perplexity"} == set(ARMS)
+    assert {arm for q, arm in rows if q == "relative_change_vs_own"} == set(ARMS) - {"own"}
+    for arm in set(ARMS) - {"own"}:
+        r = rows[("relative_change_vs_own", arm)]
+        assert r["low"] <= r["value"] <= r["high"] or r["low"] is None
+    assert rows[("hypothesis:H1", "pow2-ceiling")]["verdict"] in {"supported"} or \
+        rows[("hypothesis:H1", "pow2-ceiling")]["verdict"].startswith("not ")
+    assert rows[("gate:G1", "pow2-ceiling")]["verdict"] in {"gate not triggered",
+                                                           "triggered: search arm not in this study's build"}
+    assert ("mismatch_share", "probe") in rows
+    manifest = load_manifest(first / "manifest.json")
+    assert manifest["params"]["kernel_arm"] == "exact-cutlass-order"
+    assert manifest["extra"]["corpus"]["pin"].startswith("not applicable")
+    assert {r["name"] for r in manifest["inputs"]} >= {"gate", "checkpoint:own", "checkpoint:probe"}

@@ -1,0 +1,54 @@
+"""Where the engines find their inputs: the requant stage's checkpoints, behind its gate.
+
+Checkpoints are read only beside a requant gate table whose every row passed (or is labelled
+self-built), so a run cannot silently use checkpoints whose byte-exact gate failed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import GateError, InputError
+from ..provenance.parquet import read_table
+from ..stages.requant import ARMS as CHECKPOINT_NAMES
+from ..stages.requant import CHECKPOINTS_DIR, GATE_PASSED, GATE_SCHEMA, GATE_SELF_BUILT
+
+
+def gate_verdict(gate: Path) -> str:
+    """The requant gate's one verdict (passed, or self-built); GateError if any row says otherwise."""
+    table = read_table(gate, GATE_SCHEMA)
+    verdicts = sorted(set(table["gate"]))
+    if table.empty or any(v not in (GATE_PASSED, GATE_SELF_BUILT) for v in verdicts) or len(verdicts) != 1:
+        raise GateError(f"{gate}: requant gate verdicts {verdicts} are not one pass; checkpoints are not verified")
+    # The gate is the own arm's comparison with the committed checkpoint (null when self-built);
+    # the other arms' bytes_equal describe how far they moved from own, by design.
+    own = table[table["arm"] == "own"]
+    failed = own.loc[own["bytes_equal"].map(lambda v: v is False), "layer"]
+    if own.empty or not failed.empty:
+        what = f"layer {failed.iloc[0]} is not byte-identical" if not failed.empty else "no own rows"
+        raise GateError(f"{gate}: {what}; checkpoints are not verified")
+    return verdicts[0]
+
+
+def checkpoint_dir(gate: Path, name: str) -> Path:
+    """``<requant>/checkpoints/<name>`` beside the gate table ``<requant>/gate.parquet``, once the
+    gate table has been checked."""
+    if name not in CHECKPOINT_NAMES:
+        raise InputError(f"checkpoint {name!r}: expected one of {list(CHECKPOINT_NAMES)}")
+    gate = Path(gate)
+    if not gate.is_file():
+        raise InputError(f"{gate}: requant gate table not found; its checkpoints are not verified")
+    gate_verdict(gate)
+    path = gate.parent / CHECKPOINTS_DIR / name
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: checkpoint {name!r} not found beside the requant gate {gate}")
+    return path
+
+
+def parent_digest(info: Any) -> str:
+    """The parent model's content digest from ``model.sources.ParentInfo``."""
+    digest = getattr(info, "sha256", None)
+    if not isinstance(digest, str) or not digest:
+        raise InputError(f"parent model info {type(info).__name__}: no sha256 digest to identify the parent by")
+    return digest

@@ -1,0 +1,108 @@
+"""The project's own engine: the model's bf16 code, with W8A8 linears run through a kernel arm.
+
+Attention, norms, embeddings and the LM head stay the Hugging Face model's own bf16 code; only
+the linear layers a checkpoint quantizes are swapped for W8A8 modules that call the selected arm.
+So two arms differ only inside the scaled GEMM, which is the treatment under study. Every
+sequence is processed alone (batch of one, fixed shapes), so no result depends on what it was
+batched with.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from .. import __version__
+from ..config import Config
+from ..errors import InputError
+
+ENGINE = {"name": "int8alibi-own", "version": __version__, "decoding": "greedy argmax, batch of one, KV cache"}
+
+
+@dataclass
+class OwnEngine:
+    """A loaded model on its device, its tokenizer, and what it is (parent or W8A8 under an arm)."""
+
+    model: Any
+    tokenizer: Any
+    info: Any
+    device: torch.device
+    label: str
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], new_tokens: int, *, progress: bool = True) -> list[list[int]]:
+        """Greedy decoding: exactly ``new_tokens`` argmax tokens after each prompt (EOS not special).
+
+        Ties in the argmax go to the lowest token id (torch.argmax returns the first maximum).
+        """
+        if new_tokens < 1:
+            raise InputError(f"{self.label}: new_tokens must be >= 1, got {new_tokens}")
+        cache = _cache_argument(self.model)
+        out: list[list[int]] = []
+        bar = tqdm(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
+        for prompt in prompts:
+            ids = torch.tensor([list(prompt)], dtype=torch.int64, device=self.device)
+            step = self.model(input_ids=ids, use_cache=True)
+            tokens: list[torch.Tensor] = []
+            for i in range(new_tokens):
+                nxt = step.logits[:, -1, :].argmax(dim=-1)
+                tokens.append(nxt)
+                bar.update(1)
+                if i + 1 < new_tokens:
+                    step = self.model(input_ids=nxt[:, None], use_cache=True, **{cache: getattr(step, cache)})
+            out.append(torch.cat(tokens).tolist())
+        bar.close()
+        return out
+
+    @torch.inference_mode()
+    def score(self, windows: torch.Tensor, *, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced NLL per window: ``(nll_sum float64 [W], scored tokens int64 [W])``.
+
+        Every token after a window's first is scored on the window's own prefix; the bf16 logits
+        are widened to float32 for the log-softmax and per-window sums are taken in float64.
+        """
+        if windows.dim() != 2 or windows.shape[1] < 2:
+            raise InputError(f"{self.label}: windows must be [W, L >= 2] token ids, got {tuple(windows.shape)}")
+        sums = torch.empty(windows.shape[0], dtype=torch.float64)
+        for w in tqdm(range(windows.shape[0]), desc=f"score {self.label}", unit="window", disable=not progress):
+            ids = windows[w:w + 1].to(self.device)
+            logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            nll = -logp.gather(1, ids[0, 1:, None]).squeeze(1)
+            if not bool(torch.isfinite(nll).all()):
+                raise InputError(f"{self.label}: window {w} has a non-finite token NLL")
+            sums[w] = nll.double().sum().cpu()
+        return sums, torch.full((windows.shape[0],), windows.shape[1] - 1, dtype=torch.int64)
+
+
+def _cache_argument(model: Any) -> str:
+    """The name under which this transformers version passes the KV cache in and out of forward
+    (``cache`` from transformers 5.x, ``past_key_values`` before)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def load_parent(cfg: Config, device: torch.device) -> OwnEngine:
+    """The bf16 parent model, untouched: the reference arm of the perplexity stage."""
+    from ..model.sources import load_parent as _load
+
+    model, tokenizer, info = _load(cfg)
+    model = model.to(device).eval()
+    return OwnEngine(model=model, tokenizer=tokenizer, info=info, device=device, label="parent")
+
+
+def load_w8a8(cfg: Config, checkpoint_dir: Path, arm: Any, device: torch.device, label: str) -> OwnEngine:
+    """A fresh parent with its quantized linears replaced by the checkpoint's W8A8 layers on ``arm``."""
+    from ..model.w8a8 import swap_linears
+    from ..quant.compressed_tensors import load_checkpoint
+
+    engine = load_parent(cfg, device)
+    checkpoint = load_checkpoint(checkpoint_dir)
+    engine.model = swap_linears(engine.model, checkpoint, arm).to(device).eval()
+    engine.label = label
+    return engine

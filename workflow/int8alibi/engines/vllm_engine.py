@@ -1,0 +1,207 @@
+"""The vLLM backend: greedy generation by vLLM itself, one arm per fresh process, kernel verified.
+
+vLLM picks its INT8 scaled-mm kernel at model load, in priority order (on CUDA: CUTLASS, then
+Triton); the environment variable ``VLLM_DISABLED_KERNELS`` removes named kernel classes from
+that list, which is how the Triton arm is forced. vLLM logs its choice once per process
+("Selected <KernelClass> for <Scheme>"); that line is the only evidence of what ran, so it is
+parsed and a run whose selected kernel is not the requested one is refused, never recorded.
+
+Everything here except ``_child_main`` runs without vLLM or a GPU (argument building,
+environment, log parsing, refusal) and is unit-tested on CPU. vLLM is imported only inside the
+child process, never at package import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..kernels.base import package_version
+
+DISABLE_VAR = "VLLM_DISABLED_KERNELS"
+CUTLASS_KERNEL = "CutlassInt8ScaledMMLinearKernel"
+TRITON_KERNEL = "TritonInt8ScaledMMLinearKernel"
+INT8_SCHEME = "CompressedTensorsW8A8Int8"
+
+# Requested kernel class and the VLLM_DISABLED_KERNELS value that makes vLLM select it on CUDA.
+ARM_KERNELS: dict[str, tuple[str, str | None]] = {
+    "vllm-cutlass": (CUTLASS_KERNEL, None),
+    "vllm-triton": (TRITON_KERNEL, CUTLASS_KERNEL),
+}
+
+# Fixed settings for the child: INFO logs without colour (the selection line is INFO), the engine
+# core in this process (one log stream), no sampling randomness left to chance.
+CHILD_ENV: dict[str, str] = {
+    "VLLM_LOGGING_LEVEL": "INFO",
+    "VLLM_CONFIGURE_LOGGING": "1",
+    "VLLM_LOGGING_COLOR": "0",
+    "NO_COLOR": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+SEED = 0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_SELECTION = re.compile(r"\b(?:Selected|Using) (?P<kernel>[A-Za-z0-9_]+ScaledMMLinearKernel) for "
+                        r"(?P<module>[A-Za-z0-9_.]+)")
+
+
+@dataclass(frozen=True)
+class KernelSelection:
+    """One kernel-selection log line: the kernel class vLLM chose and the layer scheme it chose it for."""
+
+    kernel: str
+    module: str
+
+
+def requested_kernel(arm: str) -> str:
+    """The vLLM kernel class an arm must run; InputError for an arm this backend does not serve."""
+    if arm not in ARM_KERNELS:
+        raise InputError(f"vLLM backend: arm {arm!r} is not a vLLM arm (expected {sorted(ARM_KERNELS)})")
+    return ARM_KERNELS[arm][0]
+
+
+def arm_environment(arm: str, base: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: ``base`` with this arm's kernel switch and the fixed log settings.
+
+    Any inherited ``VLLM_DISABLED_KERNELS`` is replaced, so the arm alone decides the kernel list.
+    """
+    requested_kernel(arm)
+    env = {k: v for k, v in base.items() if k != DISABLE_VAR}
+    env.update(CHILD_ENV)
+    disabled = ARM_KERNELS[arm][1]
+    if disabled is not None:
+        env[DISABLE_VAR] = disabled
+    return env
+
+
+def runner_argv(request: Path, output: Path, python: str = sys.executable) -> list[str]:
+    """The command that runs one arm in a fresh interpreter."""
+    return [python, "-m", "int8alibi.engines.vllm_engine", "--request", str(request), "--output", str(output)]
+
+
+def request_payload(checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_tokens: int,
+                    max_model_len: int) -> dict[str, Any]:
+    """What the child generates: token-id prompts, greedy, exactly ``new_tokens`` tokens each."""
+    if new_tokens < 1:
+        raise InputError(f"vLLM backend: new_tokens must be >= 1, got {new_tokens}")
+    return {
+        "checkpoint": str(Path(checkpoint_dir).resolve()),
+        "prompts": [[int(t) for t in p] for p in prompts],
+        "new_tokens": int(new_tokens),
+        "max_model_len": int(max_model_len),
+        "seed": SEED,
+    }
+
+
+def parse_selection(log_text: str) -> list[KernelSelection]:
+    """Every scaled-mm kernel-selection line in a vLLM log, in order (colour codes ignored)."""
+    return [KernelSelection(m["kernel"], m["module"]) for m in _SELECTION.finditer(_ANSI.sub("", log_text))]
+
+
+def verify_selection(arm: str, selections: Sequence[KernelSelection], log: str) -> dict[str, Any]:
+    """Kernel evidence for ``arm``, or InputError if vLLM did not select exactly the requested kernel.
+
+    Refused: no selection line for the INT8 W8A8 scheme (nothing proves what ran), or any
+    selection of another kernel class. ``log`` names the log file in the message.
+    """
+    wanted = requested_kernel(arm)
+    int8 = [s for s in selections if s.module == INT8_SCHEME]
+    if not int8:
+        seen = ", ".join(f"{s.kernel} for {s.module}" for s in selections) or "none"
+        raise InputError(f"{log}: vLLM logged no kernel selection for {INT8_SCHEME} (selections seen: "
+                         f"{seen}); arm {arm} cannot be verified")
+    wrong = [s for s in selections if s.kernel != wanted]
+    if wrong:
+        raise InputError(f"{log}: arm {arm} requested {wanted}, but vLLM selected {wrong[0].kernel} "
+                         f"for {wrong[0].module}; refusing to record this run")
+    return {
+        "arm": arm,
+        "implementation": f"vLLM {wanted} (selected by vLLM, verified from its log)",
+        "is_emulation": False,
+        "requested_kernel": wanted,
+        "selected": sorted({f"{s.kernel} for {s.module}" for s in selections}),
+        "environment": {DISABLE_VAR: ARM_KERNELS[arm][1] or "unset"},
+        "vllm": package_version("vllm"),
+    }
+
+
+def available() -> tuple[bool, str]:
+    """Whether this machine can run the backend: vLLM installed and a CUDA GPU visible."""
+    import torch
+
+    if importlib.util.find_spec("vllm") is None:
+        return False, "vLLM is not installed"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU visible to torch"
+    return True, f"vLLM {package_version('vllm')} with a CUDA GPU"
+
+
+@dataclass(frozen=True)
+class VllmRun:
+    """Generated token ids per prompt and the verified kernel evidence of one arm's process."""
+
+    tokens: list[list[int]]
+    evidence: dict[str, Any]
+
+
+def generate(arm: str, checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_tokens: int,
+             work_dir: Path, *, max_model_len: int = 4096, timeout_s: float = 3600.0) -> VllmRun:
+    """Run ``arm`` in a fresh process on the checkpoint; verify its kernel from the log; return tokens."""
+    requested_kernel(arm)
+    ok, why = available()
+    if not ok:
+        raise InputError(f"vLLM backend for arm {arm}: not available here ({why})")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    request, output, log = (work_dir / f"{arm}.{suffix}" for suffix in ("request.json", "tokens.json", "vllm.log"))
+    request.write_text(json.dumps(request_payload(checkpoint_dir, prompts, new_tokens, max_model_len)))
+    with open(log, "w", encoding="utf-8") as handle:
+        try:
+            done = subprocess.run(runner_argv(request, output), env=arm_environment(arm, os.environ),
+                                  stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{log}: vLLM arm {arm} did not finish within {timeout_s:.0f} s") from None
+    text = log.read_text(encoding="utf-8", errors="replace")
+    if done.returncode != 0:
+        tail = "\n".join(text.splitlines()[-20:])
+        raise InputError(f"{log}: vLLM arm {arm} exited with status {done.returncode}:\n{tail}")
+    evidence = verify_selection(arm, parse_selection(text), str(log))
+    tokens = json.loads(output.read_text())["tokens"]
+    if len(tokens) != len(prompts) or any(len(t) != new_tokens for t in tokens):
+        raise InputError(f"{output}: expected {len(prompts)} sequences of {new_tokens} tokens from arm {arm}")
+    return VllmRun(tokens=[[int(t) for t in seq] for seq in tokens], evidence=evidence)
+
+
+def _child_main(argv: Sequence[str] | None = None) -> int:
+    """In the fresh process: load the checkpoint in vLLM and decode each prompt greedily, alone."""
+    parser = argparse.ArgumentParser(prog="int8alibi.engines.vllm_engine")
+    parser.add_argument("--request", required=True, type=Path)
+    parser.add_argument("--output", required=True, type=Path)
+    args = parser.parse_args(argv)
+    req = json.loads(args.request.read_text())
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=req["checkpoint"], dtype="bfloat16", enforce_eager=True, seed=req["seed"],
+              max_model_len=req["max_model_len"])
+    params = SamplingParams(temperature=0.0, max_tokens=req["new_tokens"], min_tokens=req["new_tokens"],
+                            ignore_eos=True, detokenize=False)
+    # One prompt per call: batch composition cannot influence a sequence.
+    tokens = [list(llm.generate([TokensPrompt(prompt_token_ids=p)], params, use_tqdm=False)[0].outputs[0].token_ids)
+              for p in req["prompts"]]
+    args.output.write_text(json.dumps({"tokens": tokens}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main())

@@ -1,0 +1,169 @@
+"""Stage 8a, generate: one greedy-generation artifact (arm x checkpoint x run) in this process.
+
+The rule starts a fresh process per artifact, so "the same arm twice" really is two processes.
+The artifact is the token table plus its identity contract (``engines.identity``): everything
+the tokens may depend on, so that ``determinism`` can prove two artifacts differ only in the arm
+or only in the run before comparing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from ..config import Config
+from ..corpus import prompt_digest, prompts
+from ..device import describe, resolve_device
+from ..engines.checkpoints import checkpoint_dir, parent_digest
+from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, write_identity
+from ..engines.own import ENGINE, load_w8a8
+from ..errors import InputError
+from ..provenance.environment import library_versions
+from ..provenance.hashing import sha256_bytes
+from ..provenance.parquet import write_table
+from ..kernels.registry import get
+from ..model.sources import tokenizer_digest
+from . import log, stage_main
+
+CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling")
+RUNS = (1, 2)
+ENGINES = ("own", "vllm")
+
+TOKENS_SCHEMA = pa.schema([
+    pa.field("prompt", pa.int32(), nullable=False),
+    pa.field("prompt_tokens", pa.int32(), nullable=False),
+    pa.field("n_tokens", pa.int32(), nullable=False),
+    pa.field("sequence_sha256", pa.string(), nullable=False),
+    pa.field("token_ids", pa.string(), nullable=False),
+])
+
+
+def ids_text(token_ids: list[int]) -> str:
+    """Token ids as one flat column value, decimal ids separated by single spaces.
+
+    Flat because manifests digest table content column by column and that digest is defined for
+    flat types only (docs/ARCHITECTURE.md, provenance.parquet.content_digest).
+    """
+    return " ".join(str(int(t)) for t in token_ids)
+
+
+def parse_ids(text: str, where: str) -> list[int]:
+    """Inverse of ``ids_text``; anything but single-space-separated decimal ids is refused."""
+    parts = text.split(" ") if text else []
+    if not all(p.isdigit() and (p == "0" or not p.startswith("0")) for p in parts):
+        raise InputError(f"{where}: token_ids {text[:40]!r} is not a list of decimal ids separated by single spaces")
+    return [int(p) for p in parts]
+
+
+def sequence_sha256(token_ids: list[int]) -> str:
+    """SHA-256 of the generated ids as little-endian int32: equal digests, equal sequences."""
+    return sha256_bytes(np.asarray(token_ids, dtype="<i4").tobytes())
+
+
+def artifact_paths(out_dir: Path, run: int) -> tuple[Path, Path]:
+    """``run<k>.parquet`` and ``run<k>.identity.json`` in the arm/checkpoint folder."""
+    return out_dir / f"run{run}.parquet", out_dir / f"run{run}.identity.json"
+
+
+def parse_run(value: Any) -> int:
+    """The run number from ``--param run=<k>``: one of ``RUNS``."""
+    try:
+        k = int(str(value))
+    except ValueError:
+        raise InputError(f"--param run={value!r}: not an integer") from None
+    if k not in RUNS:
+        raise InputError(f"--param run={k}: expected one of {list(RUNS)}")
+    return k
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What an engine produced and the facts about it that enter the identity contract."""
+
+    prompt_ids: list[list[int]]
+    tokens: list[list[int]]
+    tokenizer: Any
+    parent_digest: str
+    engine: dict[str, Any]
+    kernel_evidence: dict[str, Any]
+
+
+def _own(cfg: Config, ckpt: Path, arm: str, device: torch.device, analysis: Any, profile: Any) -> Generated:
+    kernel = get(arm, device)
+    ok, why = kernel.available()
+    if not ok:
+        raise InputError(f"arm {arm} on {device}: not available ({why})")
+    engine = load_w8a8(cfg, ckpt, kernel, device, label=f"{arm}/{ckpt.name}")
+    ids = prompts(engine.tokenizer, analysis, int(profile["prompts"]))
+    tokens = engine.generate(ids, int(profile["new_tokens"]))
+    return Generated(ids, tokens, engine.tokenizer, parent_digest(engine.info), dict(ENGINE), kernel.evidence())
+
+
+def _vllm(cfg: Config, ckpt: Path, arm: str, work_dir: Path, analysis: Any, profile: Any) -> Generated:
+    from transformers import AutoTokenizer
+
+    from ..engines import vllm_engine
+    from ..model.sources import load_parent
+
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    ids = prompts(tokenizer, analysis, int(profile["prompts"]))
+    result = vllm_engine.generate(arm, ckpt, ids, int(profile["new_tokens"]), work_dir)
+    _, _, info = load_parent(cfg)
+    engine = {"name": "vllm", "version": result.evidence["vllm"], "decoding": "greedy, one prompt per call"}
+    return Generated(ids, result.tokens, tokenizer, parent_digest(info), engine, result.evidence)
+
+
+def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: str,
+        engine: str = "own") -> None:
+    """Generate the pinned prompts greedily with ``arm`` on ``checkpoint``; write tokens + identity."""
+    k = parse_run(run)
+    if checkpoint not in CHECKPOINTS:
+        raise InputError(f"--param checkpoint={checkpoint!r}: expected one of {list(CHECKPOINTS)}")
+    if engine not in ENGINES:
+        raise InputError(f"--param engine={engine!r}: expected one of {list(ENGINES)}")
+    from ..protocol import load
+
+    protocol = load()
+    profile = protocol.size_profile(cfg["size_profile"])
+    ckpt = checkpoint_dir(gate, checkpoint)
+    device = resolve_device(cfg["device"])
+    log.info("generate: arm %s, checkpoint %s, run %d, engine %s, device %s", arm, checkpoint, k, engine, device)
+    if engine == "own":
+        out = _own(cfg, ckpt, arm, device, protocol.analysis, profile)
+    else:
+        out = _vllm(cfg, ckpt, arm, out_dir / f"run{k}.vllm", protocol.analysis, profile)
+    frame = pd.DataFrame({
+        "prompt": range(len(out.prompt_ids)),
+        "prompt_tokens": [len(p) for p in out.prompt_ids],
+        "n_tokens": [len(t) for t in out.tokens],
+        "sequence_sha256": [sequence_sha256(t) for t in out.tokens],
+        "token_ids": [ids_text(t) for t in out.tokens],
+    })
+    identity = Identity(
+        arm=arm, checkpoint=checkpoint, run=k,
+        prompt_digest=prompt_digest(out.prompt_ids),
+        checkpoint_digest=checkpoint_digest(ckpt),
+        parent_digest=out.parent_digest,
+        tokenizer_digest=tokenizer_digest(out.tokenizer),
+        quant_config_digest=quant_config_digest(ckpt),
+        generation={"prompts": len(out.prompt_ids), "new_tokens": int(profile["new_tokens"]), "decoding": "greedy",
+                    "size_profile": cfg["size_profile"]},
+        engine=out.engine,
+        libraries=library_versions(),
+        device=describe(device),
+        kernel_evidence=out.kernel_evidence,
+    )
+    tokens_path, identity_path = artifact_paths(out_dir, k)
+    write_table(frame, tokens_path, TOKENS_SCHEMA, sort_by=["prompt"])
+    write_identity(identity_path, identity)
+    log.info("generate: wrote %s and %s", tokens_path, identity_path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))
