@@ -1,46 +1,24 @@
 """What the Snakefile needs to decide reruns: per-stage code digests, config digests, GPU use.
 
 Snakemake does not see changes inside imported package code, so each rule takes the digest of the
-code its stage runs as a param: a code change reruns exactly the stages whose code changed.
+code its stage runs as a param: a code change reruns exactly the stages whose code changed. The
+code a stage runs is found by following its module's int8alibi imports transitively.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-PACKAGE = Path(__file__).resolve().parent
-
-# The package modules (files or subpackages, relative to the package) each stage executes.
-_COMMON = ["__init__.py", "config.py", "device.py", "errors.py", "provenance", "stages/__init__.py"]
-STAGE_CODE: dict[str, list[str]] = {
-    "protocol": ["protocol", "stages/protocol.py"],
-    "model": ["model", "stages/model.py"],
-    "requant": ["arith", "quant", "model", "protocol", "stages/requant.py"],
-    "capture": ["arith", "quant", "model", "kernels", "operands.py", "corpus.py", "stages/capture.py"],
-    "prediction": ["arith", "operands.py", "stages/prediction.py"],
-    "compare": ["arith", "kernels", "operands.py", "protocol", "stages/compare.py"],
-    "faults": ["arith", "faults", "checks.py", "scoring.py", "operands.py", "protocol", "stages/faults.py"],
-    "determinism": ["arith", "quant", "model", "kernels", "corpus.py", "engines", "stages/determinism.py"],
-    "perplexity": ["arith", "quant", "model", "kernels", "corpus.py", "stats.py", "stages/perplexity.py"],
-    "report": ["report", "stages/report.py"],
-}
+from .provenance.hashing import stage_code_digest
 
 
 def code_digest(stage: str) -> str:
-    """sha256 over the sorted paths and bytes of the code a stage runs (missing paths skipped)."""
-    h = hashlib.sha256()
-    for rel in sorted(_COMMON + STAGE_CODE[stage]):
-        target = PACKAGE / rel
-        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
-        for f in files:
-            if f.is_file():
-                h.update(str(f.relative_to(PACKAGE)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    """Digest of the package code that ``int8alibi.stages.<stage>`` can run."""
+    return stage_code_digest([f"int8alibi.stages.{stage}"])[:16]
 
 
 def config_digest(config: Mapping[str, Any], keys: list[str]) -> str:

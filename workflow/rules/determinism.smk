@@ -13,7 +13,7 @@ rule generate:
         checkpoint="|".join(CHECKPOINTS_GENERATED),
         run="[12]",
     params:
-        code=code_digest("determinism"),
+        code=code_digest("generate"),
         cfg=config_digest(config, ["model", "size_profile", "corpus", "device"]),
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
