@@ -1,0 +1,169 @@
+"""The whole DAG on the tiny synthetic model, run as a user runs it, in a scratch copy.
+
+One module-scoped run serves several acceptance checks: the pin-before-compare sequence, the
+report, `int8alibi verify`, byte-identical reruns, scatter/gather equality, amend-and-rerun-one-
+stage, and a run killed mid-stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import SNAKEMAKE, commit_all, copy_project
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+TEST_CONFIG = """\
+model:
+  source: synthetic
+  synthetic: {preset: tiny, seed: 0}
+size_profile: tiny
+corpus: {source: synthetic}
+device: cpu
+arms: auto
+exploratory: false
+results: results
+"""
+
+
+def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run(list(cmd), cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def snakemake(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return sh(repo, str(SNAKEMAKE), "--profile", "workflow/profiles/default", "--cores", "2",
+              "--configfile", "config/test.yaml", *args, check=check)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*.parquet"))}
+
+
+def scheduled_jobs(dry_run_output: str) -> set[str]:
+    """Rule names from the 'Job stats' table of a dry run."""
+    lines = dry_run_output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("job ")) + 2
+    jobs = set()
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs.add(parts[0])
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("dag") / "project")
+    (repo / "config" / "test.yaml").write_text(TEST_CONFIG)
+    commit_all(repo, "test config")
+    # 1. Everything up to the predictions; compare refuses unpinned predictions.
+    snakemake(repo, "results/prediction/predictions.parquet")
+    refused = snakemake(repo, "results/compare/layers.parquet", check=False)
+    assert refused.returncode != 0
+    assert "int8alibi amend --pin predictions=" in (refused.stdout + refused.stderr + _logs(repo, "compare"))
+    # 2. Pin them, as the README says, then run the rest.
+    sh(repo, str(BIN / "int8alibi"), "amend", "--pin", "predictions=results/prediction/predictions.parquet",
+       "--summary", "Pin the per-layer predictions before comparison", "--rationale", "pre-registration",
+       "--stages", "compare", "--status", "pre-data")
+    commit_all(repo, "pin predictions")
+    snakemake(repo)
+    return repo
+
+
+def _logs(repo: Path, stage: str) -> str:
+    log = repo / "logs" / f"{stage}.log"
+    return log.read_text() if log.exists() else ""
+
+
+def test_report_and_tables_exist(finished_run: Path) -> None:
+    results = finished_run / "results"
+    for rel in ["requant/gate.parquet", "capture/index.parquet", "prediction/predictions.parquet",
+                "compare/layers.parquet", "faults/cells.parquet", "faults/scorecard.parquet",
+                "faults/detection.parquet", "determinism/generations.parquet", "determinism/agreement.parquet",
+                "perplexity/windows.parquet", "perplexity/summary.parquet", "report/report.md", "report/report.html"]:
+        assert (results / rel).is_file(), rel
+    report = (results / "report" / "report.md").read_text()
+    assert "sha256" in report and "faults/detection.parquet" in report
+    manifest = json.loads((results / "compare" / "manifest.json").read_text())
+    assert manifest["exploratory"] is False
+
+
+def test_verify_passes_then_catches_a_changed_byte(finished_run: Path, tmp_path: Path) -> None:
+    ok = sh(finished_run, str(BIN / "int8alibi"), "verify", "results")
+    assert "0 error" in ok.stdout
+    copy = tmp_path / "results"
+    shutil.copytree(finished_run / "results", copy)
+    target = copy / "faults" / "scorecard.parquet"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    bad = sh(finished_run, str(BIN / "int8alibi"), "verify", str(copy), check=False)
+    assert bad.returncode != 0 and "scorecard.parquet" in bad.stdout + bad.stderr
+
+
+def test_forced_rerun_is_byte_identical(finished_run: Path) -> None:
+    before = digests(finished_run / "results")
+    snakemake(finished_run, "--forcerun", "capture", "prediction", "compare", "faults", "perplexity")
+    after = digests(finished_run / "results")
+    assert before == after
+
+
+def test_scattered_faults_equal_single_run(finished_run: Path) -> None:
+    single = digests(finished_run / "results" / "faults")
+    shutil.rmtree(finished_run / "results" / "faults")
+    snakemake(finished_run, "--config", "faults_shards=2", "results/faults/cells.parquet")
+    assert (finished_run / "results" / "faults" / "shards").is_dir()
+    shutil.rmtree(finished_run / "results" / "faults" / "shards")
+    assert digests(finished_run / "results" / "faults") == single
+
+
+def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path) -> None:
+    snakemake(finished_run)  # bring everything up to date after the previous tests
+    before = tmp_path / "before"
+    shutil.copytree(finished_run / "results", before)
+    faults_yaml = finished_run / "preregistration" / "faults.yaml"
+    faults_yaml.write_text(faults_yaml.read_text() + "# clarified wording, no change in semantics\n")
+    sh(finished_run, str(BIN / "int8alibi"), "amend", "--summary", "Clarify the fault catalogue",
+       "--rationale", "wording", "--stages", "protocol,faults,report", "--status", "pre-data")
+    commit_all(finished_run, "amend faults.yaml")
+    dry = snakemake(finished_run, "-n")
+    assert scheduled_jobs(dry.stdout) == {"protocol", "faults", "report", "all"}, dry.stdout
+    snakemake(finished_run)
+    diff = sh(finished_run, str(BIN / "int8alibi"), "diff", str(before), "results", "--json", check=False)
+    changed = {d["stage"] for d in json.loads(diff.stdout)}
+    assert changed <= {"protocol", "faults", "report"} and "faults" in changed, diff.stdout
+
+
+def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
+    shutil.rmtree(finished_run / "results" / "perplexity")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(SNAKEMAKE), "--profile", "workflow/profiles/default", "--cores", "2",
+                             "--configfile", "config/test.yaml", "results/perplexity/summary.parquet"],
+                            cwd=finished_run, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(8)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    folder = finished_run / "results" / "perplexity"
+    # The manifest is written last: without it nothing in the folder verifies or is read downstream.
+    assert not (folder / "manifest.json").exists()
+    snakemake(finished_run, "results/perplexity/summary.parquet")
+    assert (folder / "manifest.json").is_file()
+    sh(finished_run, str(BIN / "int8alibi"), "verify", "results")
