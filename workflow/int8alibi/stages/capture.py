@@ -1,0 +1,260 @@
+"""Stage 4, capture: the operands each W8A8 linear layer hands its kernel, for the pinned tokens.
+
+The bf16 parent is run as a W8A8 model with the own and the pow2-nearest checkpoints built by
+``requant``; at every linear layer the kernel's operands (``a_q``, ``s_a``, ``w_q``, ``s_w``) are
+stored for the prefill tile (the first M corpus tokens) and for one decode step (M = 1: the first
+generated token after prefilling the first protocol prompt). Later stages (prediction, compare,
+faults) read only these files, through the index, so every comparison uses exactly these bytes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import torch
+from tqdm import tqdm
+
+from ..config import Config
+from ..corpus import load_corpus
+from ..device import resolve_device
+from ..errors import InputError
+from ..kernels import Arm, select
+from ..model.hooks import capture, tapped
+from ..model.layers import quantized_linears
+from ..model.sources import load_parent
+from ..model.w8a8 import swap_linears
+from ..operands import Operands, load_operands, operand_digest, save_operands
+from ..prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
+from ..protocol import load
+from ..provenance.manifest import MANIFEST_NAME, write_manifest
+from ..provenance.parquet import read_table, write_table
+from ..quant.compressed_tensors import load_checkpoint
+from . import stage_main
+from .requant import CHECKPOINTS_DIR, GATE_SCHEMA
+
+log = logging.getLogger("int8alibi.capture")
+
+CHECKPOINTS = ("own", "pow2-nearest")  # subfolders of results/requant/checkpoints/ that are captured
+PHASES = ("prefill", "decode")
+OPERANDS_DIR = "operands"
+
+INDEX_SCHEMA = pa.schema([
+    pa.field("checkpoint", pa.string(), nullable=False),
+    pa.field("phase", pa.string(), nullable=False),
+    pa.field("layer", pa.string(), nullable=False),
+    pa.field("block", pa.int32(), nullable=False),
+    pa.field("proj", pa.string(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("file", pa.string(), nullable=False),  # relative to the index's folder
+    pa.field("operand_digest", pa.string(), nullable=False),
+    pa.field("tokens_sha256", pa.string(), nullable=False),  # the token ids whose forward pass it is
+])
+INDEX_KEY = ["checkpoint", "phase", "layer"]
+
+
+def operand_file(checkpoint: str, phase: str) -> str:
+    """The operands file of one checkpoint × phase, relative to the capture folder."""
+    return f"{OPERANDS_DIR}/{checkpoint}-{phase}.safetensors"
+
+
+def index_rows(ops: list[Operands], checkpoint: str, phase: str, tokens_sha256: str) -> list[dict[str, Any]]:
+    """Index rows describing operands saved to ``operand_file(checkpoint, phase)``."""
+    return [{
+        "checkpoint": checkpoint, "phase": phase, "layer": op.layer, "block": int(op.block),
+        "proj": op.proj, "m": int(op.m), "k": int(op.k), "n": int(op.n),
+        "file": operand_file(checkpoint, phase), "operand_digest": operand_digest(op),
+        "tokens_sha256": tokens_sha256,
+    } for op in ops]
+
+
+def read_index(index: Path) -> pd.DataFrame:
+    """The capture index, which must have exactly ``INDEX_SCHEMA`` and name files that exist."""
+    frame = read_table(index, INDEX_SCHEMA)
+    if frame.empty:
+        raise InputError(f"{index}: the capture index lists no layers")
+    for rel in sorted(set(frame["file"])):
+        if not (Path(index).parent / rel).is_file():
+            raise InputError(f"{index}: operand file {rel} is missing")
+    return frame
+
+
+def index_inputs(index: Path) -> dict[str, Path]:
+    """The operand files an index names, as manifest inputs (name -> path)."""
+    return {rel: Path(index).parent / rel for rel in sorted(set(read_index(index)["file"]))}
+
+
+def iter_index_operands(index: Path, checkpoint: str, phase: str) -> Iterator[tuple[Any, Operands]]:
+    """(index row, operands) for every layer of one checkpoint × phase, in model order.
+
+    Each file is loaded once; a layer missing from its file, or whose operands no longer have the
+    digest or shape the index recorded, stops the run.
+    """
+    frame = read_index(index)
+    rows = frame[(frame.checkpoint == checkpoint) & (frame.phase == phase)].sort_values(["block", "layer"])
+    if rows.empty:
+        raise InputError(f"{index}: no captured layers for checkpoint {checkpoint!r}, phase {phase!r}")
+    for rel in rows["file"].drop_duplicates():
+        path = Path(index).parent / rel
+        by_layer = {op.layer: op for op in load_operands(path)}
+        for row in rows[rows.file == rel].itertuples(index=False):
+            op = by_layer.get(row.layer)
+            if op is None:
+                raise InputError(f"{path}: layer {row.layer} listed in {index} is not in the file")
+            if (op.m, op.k, op.n) != (row.m, row.k, row.n) or operand_digest(op) != row.operand_digest:
+                raise InputError(f"{path}: layer {row.layer} does not match {index} "
+                                 f"(shape or operand digest differs)")
+            yield row, op
+
+
+def save_phase(out_dir: Path, ops: list[Operands], checkpoint: str, phase: str,
+               tokens_sha256: str) -> list[dict[str, Any]]:
+    """Save one checkpoint × phase's operands (model order) to its file; return their index rows."""
+    if not ops:
+        raise InputError(f"capture {checkpoint}/{phase}: no linear layer was captured")
+    save_operands(Path(out_dir) / operand_file(checkpoint, phase), ops)
+    return index_rows(ops, checkpoint, phase, tokens_sha256)
+
+
+def write_index(out_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    """The capture index over every saved checkpoint × phase."""
+    return write_table(pd.DataFrame(rows, columns=INDEX_SCHEMA.names), Path(out_dir) / "index.parquet",
+                       INDEX_SCHEMA, INDEX_KEY)
+
+
+def write_capture(out_dir: Path, captured: dict[tuple[str, str], tuple[list[Operands], str]]) -> Path:
+    """Save each (checkpoint, phase)'s operands and write the index; return the index path.
+
+    ``captured`` maps (checkpoint, phase) to (operands in model order, sha256 of the token ids).
+    """
+    rows: list[dict[str, Any]] = []
+    for (checkpoint, phase), (ops, tokens_sha256) in sorted(captured.items()):
+        rows.extend(save_phase(out_dir, ops, checkpoint, phase, tokens_sha256))
+    return write_index(out_dir, rows)
+
+
+def capture_decode(model: Any, prompt_ids: torch.Tensor) -> tuple[dict[str, Operands], int]:
+    """Prefill ``prompt_ids`` with the KV cache on, take the greedy next token, and capture the
+    decode step that feeds it (M = 1). Returns the operands by layer and the generated token id."""
+    refs = quantized_linears(model)
+    modules = {ref.name: model.get_submodule(ref.name) for ref in refs}
+    device = modules[refs[0].name].w_q.device
+    with torch.no_grad():
+        prefill = model(input_ids=prompt_ids[None, :].to(device), use_cache=True)
+        next_id = int(prefill.logits[0, -1].argmax().item())  # ties: the lowest id, on every device
+        step = torch.tensor([[next_id]], dtype=torch.int64, device=device)
+        cache = _cache_keyword(model)
+        with tapped(model) as records:
+            model(input_ids=step, use_cache=True, **{cache: getattr(prefill, cache)})
+    missing = [ref.name for ref in refs if ref.name not in records]
+    if missing:
+        raise InputError(f"capture decode: {len(missing)} layer(s) did not run (first: {missing[:3]})")
+    return {ref.name: Operands(ref.name, ref.block, ref.proj, *records[ref.name], modules[ref.name].w_q,
+                               modules[ref.name].s_w32) for ref in refs}, next_id
+
+
+def passed_gate(gate: Path) -> dict[str, list[str]]:
+    """The requant gate's verdict per captured checkpoint; a checkpoint the gate table lacks is refused.
+
+    The requant stage writes its table only when the gate passed (or when it built the checkpoint
+    itself, which the label says), so the table's presence is the pass; its labels are recorded.
+    """
+    table = read_table(gate, GATE_SCHEMA)
+    missing = [name for name in CHECKPOINTS if name not in set(table["arm"])]
+    if missing:
+        raise InputError(f"{gate}: no gate rows for checkpoint(s) {missing}")
+    return {name: sorted(set(table.loc[table.arm == name, "gate"])) for name in CHECKPOINTS}
+
+
+def _cache_keyword(model: Any) -> str:
+    """The KV-cache argument and output field: ``cache`` in transformers 5, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def capture_checkpoint(model: Any, checkpoint: Any, arm: Arm, device: torch.device, prefill: TokenSelection,
+                       prompt: TokenSelection, name: str, out_dir: Path,
+                       progress: tqdm) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Swap ``model``'s projections for W8A8 ones on ``arm``, capture both phases and save them under
+    ``out_dir``; return the index rows and the generated decode token's record."""
+    model = swap_linears(model.to(device), checkpoint, arm)
+    rows = save_phase(out_dir, list(capture(model, prefill.token_ids).values()), name, "prefill", prefill.sha256)
+    progress.update()
+    decode_ops, next_id = capture_decode(model, prompt.token_ids)
+    sequence = torch.cat([prompt.token_ids, torch.tensor([next_id])])
+    rows += save_phase(out_dir, list(decode_ops.values()), name, "decode", token_digest(sequence))
+    progress.update()
+    return rows, {"token_id": next_id, "sequence_sha256": token_digest(sequence)}
+
+
+def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".") -> None:
+    """Capture prefill and decode operands of the own and pow2-nearest checkpoints (see module doc).
+
+    Operand files are written to a staging folder and moved into place only when every checkpoint
+    and phase was captured; an earlier run's index and manifest are removed first, so a failed run
+    leaves nothing that looks complete.
+    """
+    root, out_dir, gate = Path(project_root), Path(out_dir), Path(gate)
+    for stale in (out_dir / "index.parquet", out_dir / MANIFEST_NAME):
+        stale.unlink(missing_ok=True)
+    analysis = load(root / "preregistration").analysis
+    sizes = capture_sizes(analysis, cfg["size_profile"])
+    device = resolve_device(cfg["device"])
+    arm, _, selection = select(cfg["arms"], device)  # the model runs on arm A; compare runs both
+    corpus = load_corpus(cfg, analysis)
+    gate_labels = passed_gate(gate)
+    checkpoint_dirs = {name: gate.parent / CHECKPOINTS_DIR / name for name in CHECKPOINTS}
+    rows: list[dict[str, Any]] = []
+    generated: dict[str, Any] = {}
+    model, tokenizer, parent = load_parent(cfg)
+    prefill = prefill_tile(tokenizer, corpus, sizes.prefill_tokens, analysis)
+    prompt = decode_prompt(tokenizer, analysis)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".capture.", suffix=".tmp"))
+    try:
+        with tqdm(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
+            for i, name in enumerate(CHECKPOINTS):
+                if i:  # a fresh parent for every checkpoint: nothing carries over between them
+                    model, _, _ = load_parent(cfg)
+                checkpoint = load_checkpoint(checkpoint_dirs[name], [r.name for r in quantized_linears(model)],
+                                             against="the parent")
+                new_rows, generated[name] = capture_checkpoint(model, checkpoint, arm, device, prefill, prompt,
+                                                               name, staging, progress)
+                rows += new_rows
+                log.info("%s: captured %d layers (prefill M=%d, decode M=1 after prompt 0, generated token %d)",
+                         name, len(new_rows) // 2, sizes.prefill_tokens, generated[name]["token_id"])
+                del model, checkpoint
+        shutil.rmtree(out_dir / OPERANDS_DIR, ignore_errors=True)
+        (staging / OPERANDS_DIR).rename(out_dir / OPERANDS_DIR)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    index = write_index(out_dir, rows)
+    write_manifest(
+        out_dir, stage="capture", outputs={"index": index, "operands": out_dir / OPERANDS_DIR},
+        inputs={"gate": gate, **{f"checkpoint {n}": d for n, d in checkpoint_dirs.items()}},
+        params={"size_profile": sizes.profile, "prefill_tokens": sizes.prefill_tokens,
+                "decode_tokens": sizes.decode_tokens, "device": str(device), "capture_arm": arm.name},
+        arms=[arm.evidence()], protocol_root=root / "preregistration", device=device,
+        extra={"parent": {"source": parent.source, "origin": parent.origin, "sha256": parent.sha256,
+                          "tokenizer_digest": parent.tokenizer_digest},
+               "prefill": _selection_record(prefill), "decode_prompt": _selection_record(prompt),
+               "generated": generated, "gate": gate_labels, "selection": selection, "layers": len(rows),
+               "corpus": {"name": corpus.name, "sha256": corpus.sha256, "pin": corpus.pin}},
+    )
+
+
+def _selection_record(selection: TokenSelection) -> dict[str, Any]:
+    return {"tokens": int(selection.token_ids.numel()), "sha256": selection.sha256,
+            "source": selection.source, "rule": selection.rule}
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))
