@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 from .errors import InputError
 from .kernels.base import check_operands
 
+META_KEY = "int8alibi.operands"
 FILE_FORMAT = "int8alibi.operands/1"
 TENSOR_NAMES = ("a_q", "s_a", "w_q", "s_w")
 
@@ -86,7 +87,10 @@ def save_operands(path: Path | str, ops: list[Operands]) -> Path:
         index.append({"layer": op.layer, "block": op.block, "proj": op.proj, "digest": operand_digest(op)})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"format": FILE_FORMAT, "index": json.dumps(index)})
+    # One metadata key only: safetensors writes a multi-key metadata map in no fixed order, and
+    # operand files must be byte-identical across identical runs.
+    header = json.dumps({"format": FILE_FORMAT, "index": index}, sort_keys=True)
+    save_file(tensors, str(tmp), metadata={META_KEY: header})
     os.replace(tmp, path)
     return path
 
@@ -99,13 +103,13 @@ def load_operands(path: Path | str, device: torch.device | str = "cpu") -> list[
     except Exception as exc:
         raise InputError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
     with handle as f:
-        meta = f.metadata() or {}
+        try:
+            meta = json.loads((f.metadata() or {})[META_KEY])
+            index = meta["index"]
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{path}: operand index missing or not JSON (metadata key {META_KEY!r})") from exc
         if meta.get("format") != FILE_FORMAT:
             raise InputError(f"{path}: metadata format {meta.get('format')!r}, expected {FILE_FORMAT!r}")
-        try:
-            index = json.loads(meta["index"])
-        except (KeyError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}: operand index missing or not JSON") from exc
         keys = set(f.keys())
         expected = {f"{entry['layer']}:{name}" for entry in index for name in TENSOR_NAMES}
         if keys != expected:
