@@ -1,6 +1,8 @@
 rule model:
+    # The saved bf16 parent lives in results/model/parent/; it is not declared as a directory
+    # output (Snakemake would add a timestamp file to it): parent.parquet lists and hashes every
+    # file in it, and readers refuse a folder that differs.
     output:
-        parent=directory(f"{RESULTS}/model/parent"),
         info=f"{RESULTS}/model/parent.parquet",
         manifest=f"{RESULTS}/model/manifest.json",
     params:
