@@ -2,9 +2,10 @@ checkpoint capture:
     input:
         gate=rules.requant.output.gate,
         protocol=protocol_files("capture"),
+    # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
+    # directory outputs (Snakemake would add a timestamp file to them).
     output:
         index=f"{RESULTS}/capture/index.parquet",
-        operands=directory(f"{RESULTS}/capture/operands"),
         manifest=f"{RESULTS}/capture/manifest.json",
     params:
         code=code_digest("capture"),

@@ -2,9 +2,10 @@ rule requant:
     input:
         parent=rules.model.output.info,
         protocol=protocol_files("requant"),
+    # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
+    # directory outputs (Snakemake would add a timestamp file to them).
     output:
         gate=f"{RESULTS}/requant/gate.parquet",
-        checkpoints=directory(f"{RESULTS}/requant/checkpoints"),
         manifest=f"{RESULTS}/requant/manifest.json",
     params:
         code=code_digest("requant"),
