@@ -46,8 +46,9 @@ def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200) -> subpro
 
 
 def snakemake(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return sh(repo, str(SNAKEMAKE), "--profile", "workflow/profiles/default", "--cores", "2",
-              "--configfile", "config/test.yaml", *args, check=check)
+    # targets and list-valued options first: --configfile takes every following bare word
+    return sh(repo, str(SNAKEMAKE), *args, "--profile", "workflow/profiles/default", "--cores", "2",
+              "--configfile", "config/test.yaml", check=check)
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -154,8 +155,8 @@ def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path
 def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
     shutil.rmtree(finished_run / "results" / "perplexity")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.Popen([str(SNAKEMAKE), "--profile", "workflow/profiles/default", "--cores", "2",
-                             "--configfile", "config/test.yaml", "results/perplexity/summary.parquet"],
+    proc = subprocess.Popen([str(SNAKEMAKE), "results/perplexity/summary.parquet", "--profile",
+                             "workflow/profiles/default", "--cores", "2", "--configfile", "config/test.yaml"],
                             cwd=finished_run, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(8)

@@ -54,7 +54,8 @@ def requant(t: Tables) -> list[Block]:
     gate, src = got
     summary = gate.groupby(["arm", "gate"], sort=True).agg(
         layers=("layer", "size"),
-        bytes_equal=("bytes_equal", lambda s: int(s.fillna(False).sum())),
+        # null = not applicable (a self-built checkpoint has nothing independent to equal)
+        bytes_equal=("bytes_equal", lambda s: None if s.isna().all() else int(s.fillna(False).sum())),
         differing_int8=("differing_int8", lambda s: int(s.fillna(0).sum())),
         all_pow2=("all_pow2", "all"),
         scale_min=("scale_min", "min"),
