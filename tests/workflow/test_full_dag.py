@@ -168,3 +168,26 @@ def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
     snakemake(finished_run, "results/perplexity/summary.parquet")
     assert (folder / "manifest.json").is_file()
     sh(finished_run, str(BIN / "int8alibi"), "verify", "results")
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_html_report_renders_its_figures_in_headless_chromium(finished_run: Path, tmp_path: Path) -> None:
+    """The self-contained report opens in a real browser and its SVG figures paint pixels."""
+    from PIL import Image
+
+    browser = _chromium()
+    assert browser, "Chromium is required for this test (./bootstrap installs it where apt-get is available)"
+    html = finished_run / "results" / "report" / "report.html"
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1000,9000",
+                    html.as_uri()], check=True, capture_output=True, timeout=120)
+    import numpy as np
+
+    pixels = np.asarray(Image.open(shot).convert("RGB"))
+    bar_blue = np.array([0x4C, 0x72, 0xB0], dtype=np.uint8)  # report.svg.PALETTE[0]: bars and intervals
+    assert int((pixels == bar_blue).all(axis=-1).sum()) > 500
