@@ -163,9 +163,10 @@ def perplexity(t: Tables) -> list[Block]:
     summary, src = got
     blocks.append(Table("Perplexity, relative change vs own (paired bootstrap), decomposition, H1, G1",
                         summary, (src,)))
-    change = summary[summary["low"].notna() & summary["high"].notna()]
+    change = summary[(summary["quantity"] == "relative_change_vs_own") & summary["low"].notna()
+                     & summary["high"].notna()]
     if len(change):
-        labels = [f"{r.quantity}: {r.arm}" for r in change.itertuples()]
+        labels = [str(arm) for arm in change["arm"]]
         blocks.append(Figure("perplexity", "Point estimates with their bootstrap intervals",
                              svg.interval_plot("Relative change vs own (interval from the paired bootstrap)", labels,
                                                change["value"].astype(float).tolist(),
