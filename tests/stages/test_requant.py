@@ -1,0 +1,154 @@
+"""Requant stage: the byte-exact gate against llm-compressor's checkpoint, its failures (which write
+nothing), the self-built label, and the power-of-two arms."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+from int8alibi.config import Config
+from int8alibi.errors import GateError, InputError, ProtocolError
+from int8alibi.quant.compressed_tensors import load_checkpoint
+from int8alibi.stages import requant
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "llmcompressor"
+PROTOCOL = REPO / "preregistration"
+LAYER = "model.layers.1.mlp.gate_proj"
+
+
+def _cfg(tmp_path: Path) -> Config:
+    data = {"model": {"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}, "checkpoint": None},
+            "size_profile": "default-cpu", "corpus": {"source": "package"}, "device": "cpu", "arms": "auto",
+            "exploratory": False, "results": str(tmp_path / "results")}
+    return Config(data=data, path=tmp_path / "config.yaml")
+
+
+def _run(tmp_path: Path, checkpoint: Path | None, protocol: Path = PROTOCOL) -> Path:
+    out = tmp_path / "requant"
+    requant.run(_cfg(tmp_path), out, parent=FIXTURE / "parent", checkpoint=checkpoint, protocol=protocol)
+    return out
+
+
+def _nothing_written(out: Path) -> bool:
+    return not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def passed(tmp_path_factory) -> Path:
+    """The stage run once against llm-compressor's own checkpoint of the fixture parent."""
+    return _run(tmp_path_factory.mktemp("gate"), FIXTURE / "quantized")
+
+
+def test_gate_passes_on_llm_compressor_checkpoint(passed: Path):
+    table = pd.read_parquet(passed / "gate.parquet")
+    assert len(table) == 14 * 4 and set(table.arm) == set(requant.ARMS)
+    own = table[table.arm == "own"]
+    assert own.bytes_equal.all() and (own.reference == "committed").all() and (own.differing_int8 == 0).all()
+    assert set(table.gate) == {requant.GATE_PASSED}
+    manifest = json.loads((passed / "manifest.json").read_text())
+    assert manifest["extra"]["gate"] == requant.GATE_PASSED and manifest["params"]["division"] == "bf16"
+    committed = load_checkpoint(FIXTURE / "quantized")
+    own_ckpt = load_checkpoint(passed / "checkpoints" / "own")
+    for layer in committed.layers:
+        assert torch.equal(own_ckpt[layer].w_q, committed[layer].w_q)
+        assert torch.equal(own_ckpt[layer].s_w.view(torch.int16), committed[layer].s_w.view(torch.int16))
+
+
+def test_pow2_arms_have_power_of_two_scales_and_the_probe_keeps_old_int8(passed: Path):
+    from int8alibi.arith import is_pow2
+
+    table = pd.read_parquet(passed / "gate.parquet")
+    pow2 = table[table.arm != "own"]
+    assert pow2.all_pow2.all() and not table[table.arm == "own"].all_pow2.any()
+    assert (table[table.arm == "probe"].differing_int8 == 0).all() and table[table.arm == "probe"].clipped.isna().all()
+    assert (table[table.arm == "pow2-nearest"].differing_int8 > 0).all()
+    # Nearest may round a scale down and clip; ceiling never rounds down.
+    assert table[table.arm == "pow2-nearest"].clipped.sum() > table[table.arm == "pow2-ceiling"].clipped.sum()
+    own = load_checkpoint(passed / "checkpoints" / "own")
+    probe = load_checkpoint(passed / "checkpoints" / "probe")
+    for arm in ("pow2-nearest", "pow2-ceiling", "probe"):
+        ckpt = load_checkpoint(passed / "checkpoints" / arm, own.layers)
+        assert all(bool(is_pow2(ckpt[layer].s_w).all()) for layer in ckpt.layers)
+        assert json.loads((ckpt.path / "config.json").read_text())["int8alibi"]["arm"] == arm
+    assert torch.equal(probe[LAYER].w_q, own[LAYER].w_q)
+
+
+def test_one_changed_int8_weight_fails_the_gate_and_writes_nothing(tmp_path: Path):
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURE / "quantized", bad)
+    tensors = load_file(str(bad / "model.safetensors"))
+    w = tensors[f"{LAYER}.weight"].clone()
+    w[3, 7] = w[3, 7] + 1 if w[3, 7] < 127 else w[3, 7] - 1
+    tensors[f"{LAYER}.weight"] = w
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(GateError) as err:
+        _run(tmp_path, bad)
+    message = str(err.value)
+    assert f"1 of 14 layers of {bad} differ" in message and f"{LAYER} (1 int8, 0 scales)" in message
+    assert "float32 would have matched 0 of them" in message
+    assert _nothing_written(tmp_path / "requant")
+
+
+def test_pinned_float32_division_fails_and_says_bf16_would_have_matched(tmp_path: Path):
+    protocol = tmp_path / "preregistration"
+    shutil.copytree(PROTOCOL, protocol)
+    thresholds = yaml.safe_load((protocol / "thresholds.yaml").read_text())
+    thresholds["weight_quantization"].update(division="float32", division_alternatives=["bf16"])
+    (protocol / "thresholds.yaml").write_text(yaml.safe_dump(thresholds))
+    with pytest.raises(GateError) as err:
+        _run(tmp_path, FIXTURE / "quantized", protocol)
+    message = str(err.value)
+    assert "14 of 14 layers" in message and "pinned division 'float32'" in message
+    assert "dividing in bf16 would have matched every differing layer" in message and "fails regardless" in message
+    assert _nothing_written(tmp_path / "requant")
+
+
+def test_protocol_pinning_another_rule_is_refused(tmp_path: Path):
+    protocol = tmp_path / "preregistration"
+    shutil.copytree(PROTOCOL, protocol)
+    thresholds = yaml.safe_load((protocol / "thresholds.yaml").read_text())
+    thresholds["weight_quantization"]["scale_divisor"] = 127
+    (protocol / "thresholds.yaml").write_text(yaml.safe_dump(thresholds))
+    with pytest.raises(ProtocolError, match="scale_divisor is 127, but the implemented rule uses 127.5"):
+        requant.pinned_division(protocol)
+
+
+def test_checkpoint_of_another_parent_fails_the_gate(tmp_path: Path):
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURE / "quantized", other)
+    tensors = load_file(str(other / "model.safetensors"))
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] * 2
+    save_file(tensors, str(other / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(GateError, match="'model.norm.weight' differs from the parent.*not made from this parent"):
+        _run(tmp_path, other)
+    assert _nothing_written(tmp_path / "requant")
+
+
+def test_checkpoint_with_other_layers_is_refused(tmp_path: Path):
+    partial = tmp_path / "partial"
+    shutil.copytree(FIXTURE / "quantized", partial)
+    tensors = load_file(str(partial / "model.safetensors"))
+    tensors[f"{LAYER}.weight"] = torch.ones(384, 128, dtype=torch.bfloat16)
+    del tensors[f"{LAYER}.weight_scale"]
+    save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match=r"quantized layers differ from the parent .*1 missing"):
+        _run(tmp_path, partial)
+
+
+def test_without_a_checkpoint_the_gate_is_labelled_self_built(tmp_path: Path):
+    out = _run(tmp_path, None)
+    table = pd.read_parquet(out / "gate.parquet")
+    assert set(table.gate) == {"self-built (not an independent test)"}
+    own = table[table.arm == "own"]
+    assert own.bytes_equal.isna().all() and (own.reference == "none (self-built)").all()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["extra"]["gate"] == "self-built (not an independent test)"
+    assert manifest["params"]["committed"] is None

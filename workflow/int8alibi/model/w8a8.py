@@ -1,0 +1,95 @@
+"""W8A8 linear layers: a model's projections replaced by int8 GEMMs that run on a kernel arm.
+
+Only the seven projections of each block are replaced; attention, norms, rotary embeddings, the
+embeddings and lm_head stay the model's own bf16 code. So two arms differ only inside the scaled
+GEMM. A ``W8A8Linear`` quantizes its input per token (vLLM's dynamic rule), hands the operands to
+the arm exactly as a kernel receives them (``s_w`` widened to float32 and flattened), and reshapes
+the bf16 result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..quant.activation import quantize_per_token
+from ..quant.weight import Division, Mode, QuantizedWeight, requantize
+from .layers import quantized_linears, set_module
+
+Tap = Callable[["W8A8Linear", torch.Tensor, torch.Tensor], None]
+
+
+class W8A8Linear(nn.Module):
+    """``y = arm.scaled_mm(quantize_per_token(x), w_q, s_a, f32(s_w))`` for bf16 ``x`` [..., K]."""
+
+    def __init__(self, w_q: torch.Tensor, s_w: torch.Tensor, arm: object, *, name: str = "") -> None:
+        super().__init__()
+        if w_q.dtype != torch.int8 or w_q.dim() != 2:
+            raise InputError(f"W8A8Linear {name}: w_q must be int8 [N,K], got {w_q.dtype} {tuple(w_q.shape)}")
+        if s_w.dtype != torch.bfloat16 or tuple(s_w.shape) != (w_q.shape[0], 1):
+            raise InputError(f"W8A8Linear {name}: s_w must be bf16 [{w_q.shape[0]}, 1], got {s_w.dtype} {tuple(s_w.shape)}")
+        self.name = name
+        self.out_features, self.in_features = w_q.shape
+        self.register_buffer("w_q", w_q)
+        self.register_buffer("s_w", s_w)
+        self.register_buffer("s_w32", s_w.float().flatten(), persistent=False)
+        self.arm = arm
+        self.taps: list[Tap] = []  # called with the operands each forward hands to the arm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.bfloat16 or x.shape[-1] != self.in_features:
+            raise InputError(f"W8A8Linear {self.name}: input must be bf16 [..., {self.in_features}], "
+                             f"got {x.dtype} {tuple(x.shape)}")
+        lead = x.shape[:-1]
+        a_q, s_a = quantize_per_token(x.reshape(-1, self.in_features), what=f"{self.name} input")
+        for tap in self.taps:
+            tap(self, a_q, s_a)
+        y = self.arm.scaled_mm(a_q, self.w_q, s_a, self.s_w32)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, arm={getattr(self.arm, 'name', self.arm)}"
+
+
+def quantize_linears(model: nn.Module, mode: Mode = "none", division: Division = "bf16") -> dict[str, QuantizedWeight]:
+    """Every projection of ``model`` quantized by the weight rule (``mode`` = none/nearest/ceiling)."""
+    out: dict[str, QuantizedWeight] = {}
+    for ref in quantized_linears(model):
+        module = model.get_submodule(ref.name)
+        if not isinstance(module, nn.Linear):
+            raise InputError(f"{ref.name}: is {type(module).__name__}, expected a bf16 nn.Linear to quantize")
+        out[ref.name] = requantize(module.weight.detach(), mode, division, what=ref.name)
+    return out
+
+
+def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], arm: object) -> nn.Module:
+    """Replace every projection of ``model`` by a ``W8A8Linear`` on ``arm``, in place; returns ``model``.
+
+    The checkpoint must quantize exactly the model's projections, with matching shapes; a linear
+    with a bias is refused (the W8A8 path under study has none).
+    """
+    refs = quantized_linears(model)
+    source = getattr(checkpoint, "path", "checkpoint")
+    want, have = {r.name for r in refs}, set(checkpoint)
+    if want != have:
+        missing, extra = sorted(want - have), sorted(have - want)
+        raise InputError(f"{source}: quantized layers differ from the model's projections: {len(missing)} missing "
+                         f"(first: {missing[:3]}), {len(extra)} extra (first: {extra[:3]})")
+    replacements = []
+    for ref in refs:  # check everything before replacing anything: a failed swap leaves the model as it was
+        module = model.get_submodule(ref.name)
+        if not isinstance(module, nn.Linear):
+            raise InputError(f"{ref.name}: is {type(module).__name__}, expected an nn.Linear to replace")
+        if module.bias is not None:
+            raise InputError(f"{ref.name}: has a bias; the W8A8 path supports bias-free linears only")
+        w_q, s_w = checkpoint[ref.name]
+        if tuple(w_q.shape) != tuple(module.weight.shape):
+            raise InputError(f"{source}: {ref.name} weight is {list(w_q.shape)}, the model's is {list(module.weight.shape)}")
+        device = module.weight.device
+        replacements.append((ref.name, W8A8Linear(w_q.to(device), s_w.to(device), arm, name=ref.name)))
+    for name, layer in replacements:
+        set_module(model, name, layer)
+    return model

@@ -1,0 +1,2 @@
+"""Quantization rules: vLLM's per-token activation rule, llm-compressor's channel-wise weight rule,
+its power-of-two variants, and the compressed-tensors checkpoint layout."""

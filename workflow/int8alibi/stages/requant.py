@@ -1,0 +1,314 @@
+"""Stage 3, requant: the byte-exact gate, then the power-of-two checkpoints.
+
+Gate: the committed W8A8 checkpoint is rebuilt from the bf16 parent under the unconstrained rule
+with the division precision pinned in the protocol (thresholds.yaml,
+``weight_quantization.division``), and compared byte for byte, layer by layer (int8 weights and
+bf16 scales), together with every non-quantized tensor it shares with the parent. Any difference
+raises GateError naming the first differing layers and their counts, and nothing is written (the
+message says whether the other division would have matched; the stage fails regardless, because
+the division is pinned, never chosen after the fact). With no committed checkpoint the stage
+builds one and labels the gate "self-built (not an independent test)" in the table and manifest.
+
+Then the arms, each a compressed-tensors directory under ``<out>/checkpoints/<arm>``:
+``own`` (the verified checkpoint), ``pow2-nearest`` and ``pow2-ceiling`` (scales snapped, int8
+recomputed), ``probe`` (scales snapped to nearest, old int8 kept). ``gate.parquet`` has one row
+per layer x arm. Downstream stages find the checkpoints beside the gate table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import torch
+from safetensors import safe_open
+
+from ..arith import is_pow2
+from ..config import Config
+from ..errors import GateError, InputError, ProtocolError
+from ..model.layers import LayerRef, quantized_linears
+from ..model.sources import PARENT_DIR, PARENT_TABLE, describe_source, load_hf_model, load_saved_parent
+from ..provenance.manifest import write_manifest
+from ..provenance.parquet import write_table
+from ..quant import weight as wq
+from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
+from ..quant.weight import QuantizedWeight
+from . import stage_main
+
+log = logging.getLogger("int8alibi.requant")
+
+ARMS: tuple[str, ...] = ("own", "pow2-nearest", "pow2-ceiling", "probe")
+CHECKPOINTS_DIR = "checkpoints"
+GATE_TABLE = "gate.parquet"
+GATE_PASSED = "passed: byte-identical to the committed checkpoint"
+GATE_SELF_BUILT = "self-built (not an independent test)"
+SHARD_BYTES = 2 << 30
+
+GATE_SCHEMA = pa.schema([
+    pa.field("block", pa.int32(), nullable=False),
+    pa.field("proj", pa.string(), nullable=False),
+    pa.field("arm", pa.string(), nullable=False),
+    pa.field("layer", pa.string(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("division", pa.string(), nullable=False),
+    pa.field("reference", pa.string(), nullable=False),       # what bytes_equal compares against
+    pa.field("bytes_equal", pa.bool_(), nullable=True),       # null: not applicable (self-built own)
+    pa.field("differing_int8", pa.int64(), nullable=True),
+    pa.field("differing_scales", pa.int64(), nullable=True),
+    pa.field("scale_min", pa.float64(), nullable=False),
+    pa.field("scale_max", pa.float64(), nullable=False),
+    pa.field("scale_ratio", pa.float64(), nullable=False),    # max / min
+    pa.field("clipped", pa.int64(), nullable=True),           # quotients outside [-128, 127]; null for probe
+    pa.field("saturated", pa.int64(), nullable=False),        # int8 elements at -128 or 127
+    pa.field("all_pow2", pa.bool_(), nullable=False),
+    pa.field("gate", pa.string(), nullable=False),
+])
+GATE_KEY = ["block", "proj", "arm"]
+
+
+def pinned_division(protocol_root: Path) -> str:
+    """The pinned division precision; ProtocolError if the pinned rule is not the one implemented here."""
+    from ..protocol import load
+
+    thresholds = load(Path(protocol_root)).thresholds
+    rule = thresholds["weight_quantization"]
+    source = f"{protocol_root}/thresholds.yaml"
+    implemented = {"scale_divisor": wq.SCALE_DIVISOR, "clamp": [wq.Q_MIN, wq.Q_MAX], "rounding": "half_even",
+                   "scale_dtype": "bfloat16", "granularity": "per_output_channel"}
+    for key, value in implemented.items():
+        if rule.get(key) != value:
+            raise ProtocolError(f"{source}: weight_quantization.{key} is {rule.get(key)!r}, but the implemented "
+                                f"rule uses {value!r}")
+    division = rule["division"]
+    if division not in wq.DIVISIONS:
+        raise ProtocolError(f"{source}: weight_quantization.division {division!r} is not one of {list(wq.DIVISIONS)}")
+    return division
+
+
+def _differing(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Elements whose bytes differ (bf16 compared as int16 bit patterns)."""
+    if a.dtype == torch.bfloat16:
+        a, b = a.view(torch.int16), b.view(torch.int16)
+    return int((a != b).sum())
+
+
+@dataclass
+class _Mismatch:
+    layer: str
+    int8: int
+    scales: int
+    other_division_matches: bool
+
+
+@dataclass
+class _Parent:
+    model: Any
+    directory: Path
+    config: dict[str, Any]
+    layers: list[LayerRef]
+    other: dict[str, torch.Tensor]
+
+
+def _open_parent(cfg: Config, parent: Path) -> _Parent:
+    """The parent from the model stage (its parent.parquet or folder) or from a plain HF directory."""
+    parent = Path(parent)
+    stage_dir = parent.parent if parent.name == PARENT_TABLE else parent
+    if (stage_dir / PARENT_TABLE).is_file():
+        model, _, _ = load_saved_parent(stage_dir, expect=describe_source(cfg), with_tokenizer=False)
+        directory = stage_dir / PARENT_DIR
+    else:
+        model = load_hf_model(parent)
+        directory = parent
+    layers = quantized_linears(model)
+    quantized = {f"{r.name}.weight" for r in layers}
+    state = model.state_dict()
+    stored: list[str] = []
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            stored.extend(handle.keys())
+    missing = sorted(n for n in stored if n not in state)
+    if missing:
+        raise InputError(f"{directory}: stored tensor(s) {missing[:3]} are not in the loaded model")
+    other = {n: state[n] for n in sorted(stored) if n not in quantized}
+    config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
+    return _Parent(model, directory, config, layers, other)
+
+
+def _weight(parent: _Parent, ref: LayerRef) -> torch.Tensor:
+    return parent.model.get_submodule(ref.name).weight.detach()
+
+
+def verify_committed(parent: _Parent, committed: Checkpoint, division: str) -> None:
+    """GateError unless every layer and every shared tensor is byte-identical to the rebuild."""
+    other_division = next(d for d in wq.DIVISIONS if d != division)
+    mismatches: list[_Mismatch] = []
+    for ref in parent.layers:
+        w = _weight(parent, ref)
+        rebuilt, stored = wq.quantize_weight(w, division, what=ref.name), committed[ref.name]
+        int8, scales = _differing(rebuilt.w_q, stored.w_q), _differing(rebuilt.s_w, stored.s_w)
+        if int8 or scales:
+            alt = wq.quantize_weight(w, other_division, what=ref.name)
+            matches = not _differing(alt.w_q, stored.w_q) and not _differing(alt.s_w, stored.s_w)
+            mismatches.append(_Mismatch(ref.name, int8, scales, matches))
+    if mismatches:
+        first = "; ".join(f"{m.layer} ({m.int8} int8, {m.scales} scales)" for m in mismatches[:5])
+        alt_all = all(m.other_division_matches for m in mismatches)
+        alt_some = sum(m.other_division_matches for m in mismatches)
+        note = (f"dividing in {other_division} would have matched every differing layer"
+                if alt_all else f"dividing in {other_division} would have matched {alt_some} of them")
+        raise GateError(
+            f"requant gate failed: {len(mismatches)} of {len(parent.layers)} layers of {committed.path} differ "
+            f"from the rebuild under the pinned division {division!r}: {first}. {note}; the stage fails "
+            f"regardless (the division is pinned in thresholds.yaml, not chosen to match)")
+    foreign = sorted(n for n in committed.other_names if n not in parent.other)
+    if foreign:
+        raise GateError(f"requant gate failed: {committed.path} has tensor(s) {foreign[:3]} the parent "
+                        f"{parent.directory} does not have")
+    for name in committed.other_names:
+        differing = _differing(committed.tensor(name), parent.other[name].to("cpu"))
+        if differing:
+            raise GateError(f"requant gate failed: {committed.path} tensor {name!r} differs from the parent in "
+                            f"{differing} element(s); the checkpoint was not made from this parent")
+
+
+def _arms(w: torch.Tensor, division: str, name: str) -> dict[str, tuple[QuantizedWeight, torch.Tensor | None]]:
+    """Each arm's weights and clipped counts per row (None for the probe, which recomputes nothing)."""
+    own = wq.requantize_counted(w, "none", division, what=name)
+    return {
+        "own": own,
+        "pow2-nearest": wq.requantize_counted(w, "nearest", division, what=name),
+        "pow2-ceiling": wq.requantize_counted(w, "ceiling", division, what=name),
+        "probe": (wq.rewritten_probe(own[0].w_q, own[0].s_w, "nearest", what=name), None),
+    }
+
+
+def _row(ref: LayerRef, arm: str, q: QuantizedWeight, clipped: torch.Tensor | None, own: QuantizedWeight,
+         division: str, gate: str, committed: bool) -> dict[str, Any]:
+    scales = q.s_w.double().flatten()
+    row: dict[str, Any] = {
+        "block": ref.block, "proj": ref.proj, "arm": arm, "layer": ref.name, "n": q.w_q.shape[0],
+        "k": q.w_q.shape[1], "division": division, "gate": gate,
+        "scale_min": float(scales.min()), "scale_max": float(scales.max()),
+        "scale_ratio": float(scales.max() / scales.min()),
+        "saturated": int(((q.w_q == wq.Q_MIN) | (q.w_q == wq.Q_MAX)).sum()),
+        "all_pow2": bool(is_pow2(q.s_w).all()),
+        "clipped": None if clipped is None else int(clipped.sum()),
+    }
+    if arm == "own":
+        if committed:  # the gate compared the rebuild with the committed bytes; it passed to get here
+            row.update(reference="committed", bytes_equal=True, differing_int8=0, differing_scales=0)
+        else:
+            row.update(reference="none (self-built)", bytes_equal=None, differing_int8=None, differing_scales=None)
+    else:
+        int8, s = _differing(q.w_q, own.w_q), _differing(q.s_w, own.s_w)
+        row.update(reference="own", bytes_equal=not (int8 or s), differing_int8=int8, differing_scales=s)
+    return row
+
+
+def build_arms(parent: _Parent, division: str, staging: Path, gate: str, committed: bool) -> pd.DataFrame:
+    """Write every arm's checkpoint under ``staging/<arm>`` and return the gate table rows."""
+    extra = [p for p in sorted(parent.directory.iterdir())
+             if p.is_file() and p.name != CONFIG and p.name != INDEX_FILE and p.suffix != ".safetensors"]
+    writers = {
+        arm: CheckpointWriter(staging / arm, parent.config, copy_files=extra, shard_bytes=SHARD_BYTES,
+                              provenance={"arm": arm, "division": division, "gate": gate,
+                                          "rule": "llm-compressor W8A8: s_w = bf16(absmax/127.5), "
+                                                  "q = round_half_even(clamp(W/s_w, -128, 127))"})
+        for arm in ARMS
+    }
+    rows: list[dict[str, Any]] = []
+    try:
+        for ref in parent.layers:
+            arms = _arms(_weight(parent, ref), division, ref.name)
+            own = arms["own"][0]
+            for arm, (q, clipped) in arms.items():
+                writers[arm].add_layer(ref.name, q)
+                rows.append(_row(ref, arm, q, clipped, own, division, gate, committed))
+        for name, tensor in parent.other.items():
+            for writer in writers.values():
+                writer.add_tensor(name, tensor)
+        for writer in writers.values():
+            writer.close()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    return _frame(rows)
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a frame whose nullable columns keep their nulls (pandas would turn them into NaN floats)."""
+    nullable = {"bytes_equal": "boolean", "differing_int8": "Int64", "differing_scales": "Int64", "clipped": "Int64"}
+    return pd.DataFrame({f.name: pd.Series([r[f.name] for r in rows], dtype=nullable.get(f.name, "object"))
+                         for f in GATE_SCHEMA})
+
+
+def run(cfg: Config, out_dir: Path, parent: Path | None = None, checkpoint: Path | None = None,
+        protocol: Path = Path("preregistration")) -> None:
+    """Gate the committed checkpoint (or build one), then write every arm, the table and the manifest."""
+    out_dir = Path(out_dir)
+    target, gate_path, manifest = out_dir / CHECKPOINTS_DIR, out_dir / GATE_TABLE, out_dir / "manifest.json"
+    _remove(target, gate_path, manifest)  # a failed run must not leave an earlier run's pass behind
+    parent_path = Path(parent) if parent is not None else cfg.results / "model" / PARENT_TABLE
+    committed_path = checkpoint if checkpoint is not None else cfg["model"].get("checkpoint")
+    division = pinned_division(protocol)
+    loaded = _open_parent(cfg, parent_path)
+    log.info("requant: %d layers, pinned division %s", len(loaded.layers), division)
+    if committed_path is not None:
+        committed = load_checkpoint(committed_path, [r.name for r in loaded.layers],
+                                    against=f"the parent {loaded.directory}")
+        verify_committed(loaded, committed, division)
+        gate = GATE_PASSED
+    else:
+        gate = GATE_SELF_BUILT
+    log.info("requant gate: %s", gate)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{CHECKPOINTS_DIR}.", suffix=".tmp"))
+    try:
+        table = build_arms(loaded, division, staging, gate, committed_path is not None)
+        staging.chmod(0o755)
+        staging.rename(target)
+        write_table(table, gate_path, GATE_SCHEMA, GATE_KEY)
+        _manifest(out_dir, table, gate, division, len(loaded.layers), parent_path, committed_path, protocol)
+    except BaseException:
+        _remove(staging, target, gate_path, manifest)
+        raise
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _manifest(out_dir: Path, table: pd.DataFrame, gate: str, division: str, layers: int, parent_path: Path,
+              committed_path: Path | str | None, protocol: Path) -> None:
+    inputs: dict[str, Path] = {"parent": parent_path, "thresholds": Path(protocol) / "thresholds.yaml"}
+    if committed_path is not None:
+        inputs["committed"] = Path(committed_path)
+    pow2 = table[table.arm.isin(["pow2-nearest", "pow2-ceiling", "probe"])]
+    write_manifest(
+        out_dir, stage="requant", outputs={"gate": out_dir / GATE_TABLE, "checkpoints": out_dir / CHECKPOINTS_DIR},
+        inputs=inputs,
+        params={"division": division, "committed": str(committed_path) if committed_path is not None else None,
+                "arms": list(ARMS)},
+        protocol_root=protocol,
+        extra={"gate": gate, "layers": layers,
+               "pow2_arms_all_scales_pow2": bool(pow2.all_pow2.all()),
+               "clipped": {arm: int(table.loc[table.arm == arm, "clipped"].sum())
+                           for arm in ("own", "pow2-nearest", "pow2-ceiling")}},
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))
