@@ -90,3 +90,16 @@ def test_bad_operands_raise() -> None:
         exact_accumulator(a, a, path="int64", chunk=2**39 + 1)
     with pytest.raises(InputError, match="not torch.int64"):
         wrap_int32(torch.zeros(2, dtype=torch.int32))
+
+
+def test_reused_weight_is_recomputed_after_an_in_place_change() -> None:
+    """The float64 weight cache must never serve a stale copy of a weight changed in place."""
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(-127, 128, (3, 64), dtype=torch.int8, generator=g)
+    w = torch.randint(-128, 128, (5, 64), dtype=torch.int8, generator=g)
+    first = exact_accumulator(a, w)
+    assert torch.equal(first, a.long() @ w.long().T)
+    w[0, 0] = -w[0, 0] if w[0, 0] != -128 else 0
+    second = exact_accumulator(a, w)
+    assert torch.equal(second, a.long() @ w.long().T)
+    assert not torch.equal(first, second)

@@ -8,6 +8,8 @@ in int64 (CUDA has no int64 matmul).
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from typing import Literal
 
 import torch
@@ -30,8 +32,46 @@ def _check_operands(a_q: torch.Tensor, w_q: torch.Tensor) -> None:
         raise InputError(f"exact_accumulator: a_q on {a_q.device}, w_q on {w_q.device}")
 
 
+class _Float64Weights:
+    """float64 copies of recently used int8 weight tensors.
+
+    A model's weights are reused on every forward (decode steps call each layer once per token),
+    and widening int8 to float64 costs more than the matmul itself at M=1. Entries are keyed by the
+    tensor object and its in-place version counter, held weakly, and bounded in bytes (LRU).
+    """
+
+    def __init__(self, max_bytes: int = 2 << 30) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, tuple[weakref.ref, int, torch.Tensor]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, w_q: torch.Tensor) -> torch.Tensor:
+        key = id(w_q)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is w_q and entry[1] == w_q._version:
+            self._entries.move_to_end(key)
+            return entry[2]
+        if entry is not None:
+            self._drop(key)
+        wide = w_q.to(torch.float64)
+        if wide.numel() * 8 <= self.max_bytes:
+            self._entries[key] = (weakref.ref(w_q, lambda _, k=key: self._drop(k)), w_q._version, wide)
+            self._bytes += wide.numel() * 8
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._entries)))
+        return wide
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[2].numel() * 8
+
+
+_WEIGHTS = _Float64Weights()
+
+
 def _fp64_product(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-    return (a_q.to(torch.float64) @ w_q.to(torch.float64).T).to(torch.int64)
+    return (a_q.to(torch.float64) @ _WEIGHTS.get(w_q).T).to(torch.int64)
 
 
 def exact_accumulator(
