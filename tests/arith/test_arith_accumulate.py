@@ -103,3 +103,30 @@ def test_reused_weight_is_recomputed_after_an_in_place_change() -> None:
     second = exact_accumulator(a, w)
     assert torch.equal(second, a.long() @ w.long().T)
     assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("k", [1, 1023, 1024, 1025, 2048, 6144])
+def test_float32_chunked_path_is_exact_at_its_chunk_boundary(k: int) -> None:
+    """float32 is exact only while every partial sum is <= 2**24: K <= 1024 at |product| 2**14.
+
+    All -128 x -128 products (16384 each) make the partial sums reach exactly 2**24 at K = 1024;
+    beyond, the path must chunk. Every path agrees with the int64 closed form.
+    """
+    a = torch.full((2, k), -128, dtype=torch.int8)
+    w = torch.full((3, k), -128, dtype=torch.int8)
+    expected = torch.full((2, 3), 16384 * k, dtype=torch.int64)
+    for path in ("fp32", "fp64", "int64", "auto"):
+        assert torch.equal(exact_accumulator(a, w, path=path), expected), path
+
+
+def test_one_float32_matmul_beyond_the_boundary_would_not_be_exact() -> None:
+    """Why the float32 path chunks: an unchunked float32 sum past 2**24 loses odd integers."""
+    a = torch.tensor([[127] * 1032 + [1]], dtype=torch.int8)
+    w = torch.tensor([[127] * 1032 + [1]], dtype=torch.int8)
+    exact = 127 * 127 * 1032 + 1  # 16,645,129: odd, below 2**24 -- representable
+    assert exact < 2**24 and float(torch.tensor(exact, dtype=torch.float32)) == exact
+    big = torch.tensor([[127] * 1100 + [1]], dtype=torch.int8)
+    exact_big = 127 * 127 * 1100 + 1  # 17,741,901: odd, above 2**24 -- not representable in float32
+    assert float(torch.tensor(exact_big, dtype=torch.float32)) != exact_big
+    assert int(exact_accumulator(big, big, path="fp32")) == exact_big
+    assert int(exact_accumulator(a, w, path="fp32")) == exact

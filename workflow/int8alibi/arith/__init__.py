@@ -4,7 +4,7 @@ Everything here decides on integers (bit fields, int64 sums), so the answers are
 and GPU; the rest of the project compares kernels against these answers.
 """
 
-from .accumulate import FP64_EXACT_DEPTH, exact_accumulator, wrap_int32
+from .accumulate import FP32_EXACT_DEPTH, FP64_EXACT_DEPTH, exact_accumulator, wrap_int32
 from .bounds import (
     F32_EXACT_BOUND,
     F64_EXACT_BOUND,
@@ -21,6 +21,7 @@ __all__ = [
     "BF16Comparison",
     "F32_EXACT_BOUND",
     "F64_EXACT_BOUND",
+    "FP32_EXACT_DEPTH",
     "FP64_EXACT_DEPTH",
     "INT32_PRODUCT_BOUND",
     "INT8_PRODUCT_MAX",
