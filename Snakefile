@@ -18,6 +18,7 @@ include: "workflow/rules/compare.smk"
 include: "workflow/rules/faults.smk"
 include: "workflow/rules/determinism.smk"
 include: "workflow/rules/perplexity.smk"
+include: "workflow/rules/tokens.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -50,7 +50,8 @@ def test_amended_file_and_data_pin_show_their_amendment(repo: Path, tmp_path: Pa
         repo,
         "Three smoke layers",
         "Cover one more projection.",
-        ["protocol", "capture", "prediction", "compare", "faults", "determinism", "perplexity", "report"],
+        ["protocol", "capture", "prediction", "compare", "faults", "determinism", "perplexity", "tokens",
+         "report"],
         "pre-data",
         pins={"predictions": artifact},
     )

@@ -51,7 +51,7 @@ except Int8AlibiError as exc:
     _stop(exc)
 
 # What the report reads (and so what rule all builds): every stage's manifest.
-STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "perplexity"]
+STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "perplexity", "tokens"]
 REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
 
 

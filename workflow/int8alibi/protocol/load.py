@@ -3,7 +3,9 @@
 Cross-checks catch what a schema cannot: the int32 product bound must be the product of its
 factors, checks must refer to thresholds that exist, the cells per layer must follow from the
 fault list, both prediction matrices must cover every fault and match their declared counts,
-and the corrected matrix may differ from the original only in disclosed corrections.
+the corrected matrix may differ from the original only in disclosed corrections, and the token
+analysis must use the campaign's regimes, fit inside analysis.yaml's windows and predict every
+injection cell exactly once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _SCHEMAS = {
     pins.ANALYSIS: "analysis.schema.yaml",
     pins.PREDICTIONS_ORIGINAL: "predictions.schema.yaml",
     pins.PREDICTIONS_CORRECTED: "predictions.schema.yaml",
+    pins.TOKENS: "tokens.schema.yaml",
 }
 
 
@@ -42,6 +45,7 @@ class Protocol:
     thresholds: Mapping[str, Any]
     analysis: Mapping[str, Any]
     matrices: Mapping[str, PredictionMatrix]
+    tokens: Mapping[str, Any]
 
     def fault_info(self) -> dict[str, FaultInfo]:
         """Fault id -> the severities it runs (catalogue order) and whether it is a defect."""
@@ -153,6 +157,36 @@ def _verify_analysis(a: Mapping[str, Any], fault_ids: set[str]) -> None:
             raise ProtocolError(f"{pins.ANALYSIS}: {kind} ids are not unique: {ids}")
 
 
+def _verify_tokens(t: Mapping[str, Any], analysis: Mapping[str, Any], faults: Mapping[str, Any]) -> None:
+    if set(t["regimes"]) != set(faults["regimes"]):
+        raise ProtocolError(f"{pins.TOKENS}: regimes {sorted(t['regimes'])} are not faults.yaml's {sorted(faults['regimes'])}")
+    cuts = analysis["size_profiles"]
+    if set(t["size_profiles"]) != set(cuts):
+        raise ProtocolError(f"{pins.TOKENS}: size profiles {sorted(t['size_profiles'])} are not analysis.yaml's "
+                            f"{sorted(cuts)}")
+    for name, p in t["size_profiles"].items():
+        if p["replay_windows"] > cuts[name]["windows"] or p["replay_window_tokens"] > cuts[name]["window_tokens"]:
+            raise ProtocolError(f"{pins.TOKENS}: size profile {name!r} replays {p['replay_windows']} windows of "
+                                f"{p['replay_window_tokens']} tokens, more than analysis.yaml cuts "
+                                f"({cuts[name]['windows']} of {cuts[name]['window_tokens']})")
+        if p["injection_windows"] > p["replay_windows"]:
+            raise ProtocolError(f"{pins.TOKENS}: size profile {name!r} injects into {p['injection_windows']} windows "
+                                f"but replays only {p['replay_windows']}")
+    entries = [*t["predictions"]["kernel_pair"].values(), *t["predictions"]["injection"]]
+    for e in entries:
+        if e["prediction"] == "fire" and (not e["observable"] or e.get("predicted_miss")):
+            raise ProtocolError(f"{pins.TOKENS}: a prediction of fire must expect an observable comparison and no "
+                                f"miss ({e.get('fault', 'kernel pair')} {e.get('severity', '')} {e.get('regime', '')})")
+    keys = [(e["fault"], e["severity"], e["regime"]) for e in t["predictions"]["injection"]]
+    wanted = {(f, s, r) for f, info in _fault_info(faults).items() for s in info.severities for r in t["regimes"]}
+    duplicated = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicated or set(keys) != wanted:
+        missing, unknown = sorted(wanted - set(keys)), sorted(set(keys) - wanted)
+        raise ProtocolError(f"{pins.TOKENS}: injection predictions must name every (fault, severity, regime) of "
+                            f"faults.yaml exactly once: missing {missing[:3]}, unknown {unknown[:3]}, "
+                            f"repeated {duplicated[:3]}")
+
+
 def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     """Read, schema-validate and cross-check every protocol file under ``root`` (preregistration/)."""
     root = Path(root)
@@ -178,6 +212,7 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
             raise ProtocolError(f"{source}: declares matrix {data[rel]['matrix']!r}, expected {name!r} for this file")
         matrices[name] = parse_matrix(data[rel], source, info, layer_na, len(checks))
     verify_corrections(matrices["original"], matrices["corrected"])
+    _verify_tokens(data[pins.TOKENS], data[pins.ANALYSIS], faults)
     return Protocol(
         root=root,
         faults=faults,
@@ -185,4 +220,5 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
         thresholds=data[pins.THRESHOLDS],
         analysis=data[pins.ANALYSIS],
         matrices=matrices,
+        tokens=data[pins.TOKENS],
     )

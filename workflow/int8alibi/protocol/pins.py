@@ -24,6 +24,7 @@ THRESHOLDS = f"{PROTOCOL_DIR}/thresholds.yaml"
 ANALYSIS = f"{PROTOCOL_DIR}/analysis.yaml"
 PREDICTIONS_ORIGINAL = f"{PROTOCOL_DIR}/predictions-original.yaml"
 PREDICTIONS_CORRECTED = f"{PROTOCOL_DIR}/predictions-corrected.yaml"
+TOKENS = f"{PROTOCOL_DIR}/tokens.yaml"
 
 PROTOCOL_FILES: tuple[str, ...] = (
     ANALYSIS,
@@ -32,6 +33,7 @@ PROTOCOL_FILES: tuple[str, ...] = (
     PREDICTIONS_CORRECTED,
     PREDICTIONS_ORIGINAL,
     THRESHOLDS,
+    TOKENS,
 )
 
 # Protocol files each stage reads, as names inside preregistration/ (a rule's inputs are
@@ -54,6 +56,7 @@ STAGE_FILES: dict[str, list[str]] = {
     ],
     "determinism": ["analysis.yaml"],
     "perplexity": ["analysis.yaml"],
+    "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
     "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml"],
 }
 

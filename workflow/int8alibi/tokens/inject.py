@@ -1,0 +1,210 @@
+"""End-to-end fault injection: DESIGN section 5's faults inside every W8A8 linear of the model.
+
+Arm A is the campaign's reference pipeline (``faults.pipeline``: exact accumulator wrapped to
+int32, ``bf16_rne((f32(acc) * s_a) * s_w)``) in every linear; arm B is the same pipeline with one
+fault of ``faults.catalogue``. Both run where the kernel runs (``W8A8Linear`` calls them), so a
+fault reaches the logits through the model's own code.
+
+``InjectionArm`` serves one linear during one window for a batch of copies of that window, each
+copy with its own cell (or none: the reference). Every copy's output is what the arm would give
+that copy alone: seeded choices (which output elements a severity reaches, which activation
+element or scales F9 moves, F6/F7's depths) depend only on the copy's own rows and on the fault
+site (layer, window), through the campaign's per-cell generator. What copies can share is shared
+without changing a bit: the exact accumulator (integers) is one matmul for the batch, the
+reference epilogue and each epilogue fault are elementwise, and F5's tile sums are row by row.
+
+Adapter notes (model level vs ``faults.campaign``): the catalogue's functions are used as they
+are; severity picks use the campaign's ``picked_elements``/``fraction_count``/``cell_rng`` with
+the site ``"<layer>|window <w>"`` in place of the layer name; F9's draws and F7's boost fallback
+repeat the campaign's (private) per-cell steps. The regime is the checkpoint (own or
+pow2-nearest weight scales); activation scales are the dynamic per-token ones in both, never
+snapped, because that is what the model computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+import numpy as np
+import torch
+
+from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, exact_accumulator, wrap_int32
+from ..errors import InputError
+from ..faults import catalogue as cat
+from ..faults.campaign import FAULT_SEVERITIES, CampaignSettings, cell_rng, fraction_count, picked_elements
+from ..faults.pipeline import epilogue, tile_partial_sums
+from ..kernels.base import arm_evidence, check_operands
+
+NAME = "fault-injection"
+BOTH_ARMS = ("F6", "F7")   # precondition faults: arm A carries them too
+EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One injection cell: a fault, its severity rung and the regime (checkpoint) it runs in."""
+
+    fault: str
+    severity: str
+    regime: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.fault} {self.severity}"
+
+    @property
+    def both_arms(self) -> bool:
+        return self.fault in BOTH_ARMS
+
+
+def cells(regime: str) -> list[Cell]:
+    """Every (fault, severity) of the campaign's catalogue in one regime, in catalogue order."""
+    return [Cell(f, s, regime) for f, severities in FAULT_SEVERITIES.items() for s in severities]
+
+
+def exact_int(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """The exact accumulator (int64). While ``K * 16384 <= 2^24`` every partial sum of a float32
+    matmul of int8 values is an integer within 2^24, so one float32 matmul is exact in any order
+    (``faults.pipeline.tile_partial_sums`` with one tile); deeper, ``arith.exact_accumulator``."""
+    k = a_q.shape[1]
+    if 0 < k and k * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
+        return next(tile_partial_sums(a_q, w_q, k)).to(torch.int64)
+    return exact_accumulator(a_q, w_q)
+
+
+def int32_accumulator(exact: torch.Tensor, k: int) -> torch.Tensor:
+    """The int32 a kernel holds for an exact accumulator of depth ``k``: a plain conversion when no
+    int8 product sum of that depth can leave int32 (``16384 * k <= 2^31 - 1``), else the wrap."""
+    return exact.to(torch.int32) if k * INT8_PRODUCT_MAX <= INT32_MAX else wrap_int32(exact)
+
+
+class InjectionArm:
+    """One W8A8 linear during one window, for ``len(copies)`` copies of ``rows`` tokens each.
+
+    ``copies[i]`` is the cell copy i runs, or None for the fault-free reference pipeline.
+    """
+
+    is_emulation = True
+
+    def __init__(self, copies: Sequence[Cell | None], rows: int, layer: str, window: int,
+                 settings: CampaignSettings, device: torch.device) -> None:
+        for cell in copies:
+            if cell is not None and (cell.fault not in FAULT_SEVERITIES
+                                     or cell.severity not in FAULT_SEVERITIES[cell.fault]):
+                raise InputError(f"fault injection: {cell.fault} has no severity {cell.severity!r}")
+        if not copies or rows < 1:
+            raise InputError(f"{layer}: an injection arm needs at least one copy of at least one row")
+        self.copies, self.rows, self.layer, self.window = list(copies), rows, layer, window
+        self.settings, self.device = settings, device
+        self.name = NAME
+
+    @property
+    def site(self) -> str:
+        """The fault site that keys the seeded draws: this linear during this window."""
+        return f"{self.layer}|window {self.window}"
+
+    def available(self) -> tuple[bool, str]:
+        return True, "fault injection on the campaign's reference pipeline (torch ops, any device)"
+
+    def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor) -> None:
+        """Faulted copies change what the accumulator means; the arm exposes only its output."""
+        return None
+
+    def evidence(self) -> dict[str, object]:
+        return arm_evidence(NAME, "int8alibi.tokens.inject: arm A = faults.pipeline reference "
+                            "(exact accumulator wrapped to int32, bf16_rne((f32(acc) * s_a) * s_w)); arm B = arm A "
+                            "with one faults.catalogue fault in every W8A8 linear", self.device, is_emulation=True)
+
+    def _rng(self, cell: Cell) -> np.random.Generator:
+        return cell_rng(self.settings.seed, self.site, cell.fault, cell.severity, cell.regime)
+
+    def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        m, _, n = check_operands(a_q, w_q, s_a, s_w, f"{NAME} {self.layer}")
+        if m != self.rows * len(self.copies):
+            raise InputError(f"{self.layer}: {m} rows reached the injection arm, expected {len(self.copies)} copies "
+                             f"x {self.rows} tokens")
+        k = a_q.shape[1]
+        exact = exact_int(a_q, w_q)
+        acc32 = int32_accumulator(exact, k)
+        out = epilogue(acc32, s_a, s_w)
+        r = self.rows
+        position = 0
+        for fault, run in groupby(self.copies, key=lambda c: None if c is None else c.fault):
+            group = list(run)
+            rows = slice(position * r, (position + len(group)) * r)
+            if fault in EPILOGUE_FAULTS:
+                y = self._epilogue_fault(fault, acc32[rows], a_q[rows], w_q, s_a[rows], s_w)
+                for i, cell in enumerate(group):
+                    self._show(out, y, position + i, i, cell, n)
+            elif fault in BOTH_ARMS or fault == "F9":
+                for i, cell in enumerate(group):
+                    block = slice((position + i) * r, (position + i + 1) * r)
+                    out[block] = self._operand_fault(cell, exact[block], a_q[block], w_q, s_a[block], s_w)
+            position += len(group)  # None (reference) and F8 (nothing changed) keep the reference rows
+        return out
+
+    def _epilogue_fault(self, fault: str, acc32: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
+                        s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        """F1-F5: arm B's full output on the given rows (elementwise, or row by row for F5)."""
+        acc_f32 = acc32.to(torch.float32)
+        faulty: dict[str, Callable[[], torch.Tensor]] = {
+            "F1": lambda: cat.f1_scale_precision(acc_f32, s_a, s_w),
+            "F2": lambda: cat.f2_double_rounding(acc_f32, s_a, s_w),
+            "F3": lambda: cat.f3_scale_order(acc_f32, s_a, s_w),
+            "F4": lambda: cat.f4_output_truncation(acc_f32, s_a, s_w),
+            "F5": lambda: cat.f5_fused_order(tile_partial_sums(a_q, w_q, self.settings.tile_width), s_a, s_w),
+        }
+        return faulty[fault]()
+
+    def _show(self, out: torch.Tensor, y: torch.Tensor, copy: int, within: int, cell: Cell, n: int) -> None:
+        """Copy ``copy`` shows arm B's output ``y`` (rows of its group) where its severity reaches."""
+        r = self.rows
+        src = y[within * r:(within + 1) * r]
+        picks = picked_elements(self._rng(cell), cell.severity, r * n, self.settings.pct_fraction)
+        if picks is None:
+            out[copy * r:(copy + 1) * r] = src
+            return
+        where = torch.as_tensor(picks, device=out.device)
+        target = out[copy * r:(copy + 1) * r].reshape(-1)  # a view: rows of one copy are contiguous
+        target[where] = src.reshape(-1)[where]
+
+    def _operand_fault(self, cell: Cell, exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
+                       s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        """F6, F7 (inflated depth) and F9 (other operands) on one copy's rows."""
+        what = f"{self.layer} (window {self.window})"
+        k = a_q.shape[1]
+        if cell.fault == "F6":
+            return epilogue(wrap_int32(exact * cat.f6_overflow_repeats(exact, what)), s_a, s_w)
+        if cell.fault == "F7":
+            return epilogue(wrap_int32(self._f7(exact, a_q, w_q, what)), s_a, s_w)
+        if cell.severity == "all":
+            return epilogue(int32_accumulator(exact_int(cat.f9_all(a_q), w_q), k), s_a, s_w)
+        rng = self._rng(cell)
+        if cell.severity == "one":
+            row, col = int(rng.integers(a_q.shape[0])), int(rng.integers(a_q.shape[1]))
+            _, delta = cat.f9_one(a_q, row, col)
+            moved = exact.clone()
+            moved[row] += delta * w_q[:, col].to(torch.int64)   # only accumulator row `row` changes
+            return epilogue(int32_accumulator(moved, k), s_a, s_w)
+        count = fraction_count(self.settings.pct_fraction, a_q.shape[0])
+        rows = np.sort(rng.choice(a_q.shape[0], size=count, replace=False, shuffle=False)).astype(np.int64)
+        return epilogue(int32_accumulator(exact, k), cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device)), s_w)
+
+    def _f7(self, exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor, what: str) -> torch.Tensor:
+        """The exact accumulator at F7's depth: tiled r times (so multiplied by r), row 0 boosted first
+        when no depth within the int32 bound passes 2^24."""
+        th = self.settings.thresholds
+        bounds = (a_q.shape[1], th.f32_exact_bound, th.product_bound, th.int32_limit)
+        r = cat.f7_repeats(int(exact.abs().max().item()), *bounds)
+        if r is None:
+            boosted, row, _ = cat.f7_boost(a_q, w_q)
+            exact = exact.clone()
+            exact[row] = exact_accumulator(boosted[row:row + 1], w_q)[0]
+            r = cat.f7_repeats(int(exact.abs().max().item()), *bounds)
+            if r is None:
+                raise InputError(f"{what}: F7 cannot be induced: even with a boosted activation row no depth passes "
+                                 f"{th.f32_exact_bound} while {th.product_bound}*K stays below {th.int32_limit}")
+        return exact * r

@@ -1,0 +1,25 @@
+rule tokens:
+    input:
+        gate=rules.requant.output.gate,
+        parent=rules.model.output.info,
+        protocol=protocol_files("tokens"),
+    output:
+        positions=f"{RESULTS}/tokens/positions.parquet",
+        pairs=f"{RESULTS}/tokens/pairs.parquet",
+        predictor=f"{RESULTS}/tokens/predictor.parquet",
+        check7=f"{RESULTS}/tokens/check7.parquet",
+        manifest=f"{RESULTS}/tokens/manifest.json",
+    params:
+        code=code_digest("tokens"),
+        cfg=config_digest(config, ["model", "size_profile", "corpus", "device", "arms"]),
+    log:
+        f"{LOGS}/tokens.log",
+    benchmark:
+        f"{BENCHMARKS}/tokens.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=16000,
+        gpu=use_gpu(config),
+    shell:
+        stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
+        + " 2> {log}"
