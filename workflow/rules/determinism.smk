@@ -19,7 +19,8 @@ rule generate:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
         f"{BENCHMARKS}/generate/{{arm}}_{{checkpoint}}_{{run}}.tsv"
-    threads: workflow.cores
+    # one thread each: a generation job is mostly loading and M=1 steps, so two run side by side
+    threads: 1
     resources:
         mem_mb=8000,
         gpu=use_gpu(config),
