@@ -6,6 +6,7 @@ that adds amendments/LOCK); each test works on its own `git clone` of it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -46,6 +47,28 @@ def copy_protocol(dest: Path, *, lock: bool = True) -> Path:
     if not lock:
         (dest / "amendments" / "LOCK").unlink()
     return dest
+
+
+def amendment_paths(root: Path) -> list[Path]:
+    """The amendment records under ``root``, by number: however many the project has committed.
+
+    Tests derive the latest and next amendment from this instead of naming A-0002 or A-0003,
+    so they keep holding as amendments are added.
+    """
+    found = [p for p in (root / "amendments").iterdir() if re.fullmatch(r"A-\d{4}\.yaml", p.name)]
+    return sorted(found, key=lambda p: int(p.name[2:6]))
+
+
+def latest_number(root: Path) -> int:
+    """Number of the latest amendment; the untampered records run A-0001 ... A-NNNN without gaps."""
+    numbers = [int(p.name[2:6]) for p in amendment_paths(root)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"amendment records are not consecutive: {numbers}"
+    return numbers[-1]
+
+
+def record_path(root: Path, number: int) -> Path:
+    """amendments/A-NNNN.yaml for ``number`` (the file need not exist)."""
+    return root / "amendments" / f"A-{number:04d}.yaml"
 
 
 def commit_all(repo: Path, message: str) -> str:

@@ -102,12 +102,17 @@ def test_amend_checks_its_arguments(repo: Path, stages: list[str], status: str, 
 
 
 def test_data_pin_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    artifact = repo / "results" / "prediction" / "predictions.parquet"
+    # The project's amendments may already pin data (A-0003 pins 'predictions'), so the artifact
+    # pinned here gets a name no amendment pins yet: the unpinned state is made, not assumed.
+    before = gate(repo).data_pins
+    name = "predictions-rerun"
+    assert name not in before
+    artifact = repo / "results" / "prediction" / "predictions-rerun.parquet"
     artifact.parent.mkdir(parents=True)
     artifact.write_bytes(b"PAR1 stand-in bytes for the prediction list PAR1")
-    assert pinned_data_digest(repo, "predictions") is None
-    with pytest.raises(ProtocolError, match="not pinned by the amendment in force"):
-        verify_data_pin(repo, "predictions", artifact)
+    assert pinned_data_digest(repo, name) is None
+    with pytest.raises(ProtocolError, match=rf"predictions-rerun\.parquet: data artifact '{name}' is not pinned"):
+        verify_data_pin(repo, name, artifact)
     argv = [
         "--root",
         str(repo),
@@ -120,20 +125,22 @@ def test_data_pin_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str]
         "--status",
         "pre-data",
         "--pin",
-        "predictions=results/prediction/predictions.parquet",
+        f"{name}=results/prediction/predictions-rerun.parquet",
     ]
     assert main(argv) == 0
     assert "wrote" in capsys.readouterr().out
-    assert pinned_data_digest(repo, "predictions") == _sha(artifact)
-    assert verify_data_pin(repo, "predictions", artifact) == _sha(artifact)
+    assert pinned_data_digest(repo, name) == _sha(artifact)
+    assert verify_data_pin(repo, name, artifact) == _sha(artifact)
+    # The pins already in force carry over unchanged next to the new one.
+    assert gate(repo).data_pins == {**before, name: _sha(artifact)}
     # A later amendment that pins nothing new keeps the pin in force.
     amend(repo, "Clarify", "Nothing changes but the record.", ["report"], "post-data")
-    assert pinned_data_digest(repo, "predictions") == _sha(artifact)
+    assert pinned_data_digest(repo, name) == _sha(artifact)
     artifact.write_bytes(artifact.read_bytes() + b"!")
     with pytest.raises(
-        ProtocolError, match=r"predictions\.parquet: sha256 .* is not the 'predictions' artifact pinned"
+        ProtocolError, match=rf"predictions-rerun\.parquet: sha256 .* is not the '{name}' artifact pinned"
     ):
-        verify_data_pin(repo, "predictions", artifact)
+        verify_data_pin(repo, name, artifact)
 
 
 def test_cli_reports_errors_and_exits_nonzero(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,15 +7,16 @@ amendments/LOCK (the lock commit), or on an unpacked copy without git.
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import current_pins, gate
+from int8alibi.protocol.schema import read_yaml
 
-from .conftest import commit_all, git
+from .conftest import commit_all, git, latest_number, record_path
 
 
 def _head(repo: Path) -> str:
@@ -177,26 +178,42 @@ def test_an_honest_merge_passes(repo: Path) -> None:
     assert gate(repo).history.status == "verified"
 
 
-def _next_amendment_text(repo: Path, previous_sha: str) -> str:
-    text = (repo / "amendments" / "A-0002.yaml").read_text()
-    text = text.replace("id: A-0002", "id: A-0003")
-    return re.sub(r"previous_sha256: [0-9a-f]{64}", f"previous_sha256: {previous_sha}", text)
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_record(repo: Path, number: int, previous_sha: str, **changes: str) -> Path:
+    """Write A-<number> as a copy of the latest record, relinked to ``previous_sha``.
+
+    The copy pins what the latest record pins (the files on disk), so the gate's verdict turns on
+    the id, the link and ``changes`` alone.
+    """
+    record = read_yaml(record_path(repo, latest_number(repo)))
+    record.update(id=f"A-{number:04d}", previous_sha256=previous_sha, **changes)
+    path = record_path(repo, number)
+    path.write_text(yaml.safe_dump(record, sort_keys=False))
+    return path
 
 
 def test_broken_parent_hash(repo: Path) -> None:
-    wrong = hashlib.sha256((repo / "amendments" / "A-0001.yaml").read_bytes()).hexdigest()
-    (repo / "amendments" / "A-0003.yaml").write_text(_next_amendment_text(repo, wrong))
+    latest = latest_number(repo)
+    assert latest >= 2
+    wrong = _sha(record_path(repo, 1))  # a real record, but not the one before the new record
+    _write_record(repo, latest + 1, wrong)
     with pytest.raises(
         ProtocolError,
-        match=r"^amendments/A-0003\.yaml: previous_sha256 [0-9a-f]{64} does not match amendments/A-0002\.yaml",
+        match=rf"^amendments/A-{latest + 1:04d}\.yaml: previous_sha256 {wrong} does not match "
+        rf"amendments/A-{latest:04d}\.yaml",
     ):
         gate(repo)
 
 
 def test_correct_parent_hash_is_accepted(repo: Path) -> None:
-    right = hashlib.sha256((repo / "amendments" / "A-0002.yaml").read_bytes()).hexdigest()
-    (repo / "amendments" / "A-0003.yaml").write_text(_next_amendment_text(repo, right))
-    assert gate(repo).amendment == "A-0003"
+    latest = latest_number(repo)
+    _write_record(repo, latest + 1, _sha(record_path(repo, latest)))
+    report = gate(repo)
+    assert report.amendment == f"A-{latest + 1:04d}"
+    assert report.amendments == tuple(f"A-{n:04d}" for n in range(1, latest + 2))
 
 
 def test_two_amendments_with_the_same_number(repo: Path) -> None:
@@ -208,8 +225,12 @@ def test_two_amendments_with_the_same_number(repo: Path) -> None:
 
 
 def test_two_amendments_with_the_same_id(repo: Path) -> None:
-    shutil.copy(repo / "amendments" / "A-0002.yaml", repo / "amendments" / "A-0003.yaml")
-    with pytest.raises(ProtocolError, match=r"^amendments/A-0003\.yaml: id A-0002 does not match the file name"):
+    latest = latest_number(repo)
+    shutil.copy(record_path(repo, latest), record_path(repo, latest + 1))
+    with pytest.raises(
+        ProtocolError,
+        match=rf"^amendments/A-{latest + 1:04d}\.yaml: id A-{latest:04d} does not match the file name",
+    ):
         gate(repo)
 
 
@@ -220,20 +241,18 @@ def test_stray_file_in_amendments(repo: Path) -> None:
 
 
 def test_gap_in_numbering(repo: Path) -> None:
-    right = hashlib.sha256((repo / "amendments" / "A-0002.yaml").read_bytes()).hexdigest()
-    (repo / "amendments" / "A-0004.yaml").write_text(
-        _next_amendment_text(repo, right).replace("id: A-0003", "id: A-0004")
-    )
-    with pytest.raises(ProtocolError, match=r"^amendments/A-0004\.yaml: A-0003 is missing"):
+    latest = latest_number(repo)
+    _write_record(repo, latest + 2, _sha(record_path(repo, latest)))
+    with pytest.raises(ProtocolError, match=rf"^amendments/A-{latest + 2:04d}\.yaml: A-{latest + 1:04d} is missing"):
         gate(repo)
 
 
 def test_malformed_amendment_is_named(repo: Path) -> None:
-    right = hashlib.sha256((repo / "amendments" / "A-0002.yaml").read_bytes()).hexdigest()
-    text = _next_amendment_text(repo, right).replace("status: post-data", "status: sometime")
-    (repo / "amendments" / "A-0003.yaml").write_text(text)
+    latest = latest_number(repo)
+    _write_record(repo, latest + 1, _sha(record_path(repo, latest)), status="sometime")
     with pytest.raises(
-        ProtocolError, match=r"^amendments/A-0003\.yaml: does not match amendment\.schema\.yaml at status"
+        ProtocolError,
+        match=rf"^amendments/A-{latest + 1:04d}\.yaml: does not match amendment\.schema\.yaml at status",
     ):
         gate(repo)
 
@@ -277,7 +296,13 @@ def test_drafting_before_the_lock_is_committed(unpacked: Path) -> None:
     (unpacked / "amendments" / "LOCK").unlink()
     git(unpacked, "init", "-q")
     commit_all(unpacked, "drafts")
-    _edit(unpacked / "amendments" / "A-0002.yaml", "summary: >-", "summary: >-\n  (draft 2)")
+    # Redraft the latest record (no record links to it yet, so the chain still holds).
+    latest = record_path(unpacked, latest_number(unpacked))
+    record = read_yaml(latest)
+    record["summary"] = f"(draft 2) {record['summary']}"
+    before = latest.read_bytes()
+    latest.write_text(yaml.safe_dump(record, sort_keys=False))
+    assert latest.read_bytes() != before
     commit_all(unpacked, "redraft")
     report = gate(unpacked)
     assert report.history.status == "drafting"
