@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from int8alibi.protocol import STAGE_FILES
+
 from .conftest import SNAKEMAKE, commit_all, copy_project
 
 pytestmark = pytest.mark.slow
@@ -129,7 +131,7 @@ def test_forced_rerun_is_byte_identical(finished_run: Path) -> None:
 def test_scattered_faults_equal_single_run(finished_run: Path) -> None:
     single = digests(finished_run / "results" / "faults")
     shutil.rmtree(finished_run / "results" / "faults")
-    snakemake(finished_run, "--config", "faults_shards=2", "results/faults/cells.parquet")
+    snakemake(finished_run, "results/faults/cells.parquet", "--config", "faults_shards=2")
     assert (finished_run / "results" / "faults" / "shards").is_dir()
     shutil.rmtree(finished_run / "results" / "faults" / "shards")
     assert digests(finished_run / "results" / "faults") == single
@@ -141,15 +143,17 @@ def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path
     shutil.copytree(finished_run / "results", before)
     faults_yaml = finished_run / "preregistration" / "faults.yaml"
     faults_yaml.write_text(faults_yaml.read_text() + "# clarified wording, no change in semantics\n")
+    readers = sorted(stage for stage, files in STAGE_FILES.items() if "faults.yaml" in files)
+    assert {"protocol", "faults", "tokens", "report"} <= set(readers)  # as README's example says
     sh(finished_run, str(BIN / "int8alibi"), "amend", "--summary", "Clarify the fault catalogue",
-       "--rationale", "wording", "--stages", "protocol,faults,report", "--status", "pre-data")
+       "--rationale", "wording", "--stages", ",".join(readers), "--status", "pre-data")
     commit_all(finished_run, "amend faults.yaml")
     dry = snakemake(finished_run, "-n")
-    assert scheduled_jobs(dry.stdout) == {"protocol", "faults", "report", "all"}, dry.stdout
+    assert scheduled_jobs(dry.stdout) == set(readers) | {"all"}, dry.stdout
     snakemake(finished_run)
     diff = sh(finished_run, str(BIN / "int8alibi"), "diff", str(before), "results", "--json", check=False)
     changed = {d["stage"] for d in json.loads(diff.stdout)}
-    assert changed <= {"protocol", "faults", "report"} and "faults" in changed, diff.stdout
+    assert changed <= set(readers) and "faults" in changed, diff.stdout
 
 
 def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
