@@ -153,7 +153,7 @@ def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path
     assert scheduled_jobs(dry.stdout) == set(readers) | {"report", "all"}, dry.stdout
     snakemake(finished_run)
     diff = sh(finished_run, str(BIN / "int8alibi"), "diff", str(before), "results", "--json", check=False)
-    changed = {d["stage"] for d in json.loads(diff.stdout)}
+    changed = {d["stage"] for d in json.loads(diff.stdout)["differences"]}
     assert changed <= set(readers) | {"report"} and "faults" in changed, diff.stdout
 
 
