@@ -170,6 +170,8 @@ def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
     folder = finished_run / "results" / "perplexity"
     # The manifest is written last: without it nothing in the folder verifies or is read downstream.
     assert not (folder / "manifest.json").exists()
+    # A hard kill leaves Snakemake's directory lock behind: the documented recovery is --unlock.
+    snakemake(finished_run, "--unlock")
     snakemake(finished_run, "results/perplexity/summary.parquet")
     assert (folder / "manifest.json").is_file()
     sh(finished_run, str(BIN / "int8alibi"), "verify", "results")
