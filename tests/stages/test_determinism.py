@@ -12,9 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import yaml
 
-from int8alibi.config import Config, load_config
+from int8alibi.config import Config
 from int8alibi.corpus import prompts
 from int8alibi.engines.checkpoints import checkpoint_dir
 from int8alibi.engines.own import load_w8a8
@@ -24,8 +23,6 @@ from int8alibi.kernels.registry import get
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
-from int8alibi.stages import model as model_stage
-from int8alibi.stages import requant
 from int8alibi.stages.determinism import agreement, read_artifact, run as determinism
 from int8alibi.stages.generate import CHECKPOINTS, TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
 
@@ -171,19 +168,9 @@ for arm in sys.argv[4:]:
 
 
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Config]:
+def pipe(tiny_pipeline) -> tuple[Path, Config]:
     """(config file, config): the tiny synthetic model through the real model and requant stages."""
-    tmp = tmp_path_factory.mktemp("tiny-pipeline")
-    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    data.update(model={"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}}, size_profile="tiny",
-                corpus={"source": "synthetic", "path": None}, device="cpu", arms=ARMS, results=str(tmp / "results"))
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    cfg = load_config(path)
-    model_stage.run(cfg, cfg.results / "model")
-    requant.run(cfg, cfg.results / "requant", parent=cfg.results / "model" / "parent.parquet",
-                protocol=ROOT / "preregistration")
-    return path, cfg
+    return tiny_pipeline("tiny-pipeline", ARMS)
 
 
 @pytest.fixture(scope="module")

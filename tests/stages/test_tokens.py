@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from int8alibi.config import Config, load_config
+from int8alibi.config import Config
 from int8alibi.engines.checkpoints import checkpoint_dir
 from int8alibi.engines.own import load_w8a8
 from int8alibi.errors import InputError, ProtocolError
@@ -23,8 +22,6 @@ from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest import load_manifest
 from int8alibi.provenance.parquet import read_table
 from int8alibi.scoring import outcome
-from int8alibi.stages import model as model_stage
-from int8alibi.stages import requant
 from int8alibi.stages import tokens as stage
 from int8alibi.tokens.check7 import Check7Rule
 from int8alibi.tokens.inject import InjectionArm
@@ -38,19 +35,9 @@ TABLES = {"positions": stage.POSITIONS_SCHEMA, "pairs": stage.PAIRS_SCHEMA, "pre
 
 
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory: pytest.TempPathFactory) -> Config:
+def pipe(tiny_pipeline) -> Config:
     """The tiny synthetic model through the real model and requant stages."""
-    tmp = tmp_path_factory.mktemp("tokens-pipeline")
-    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    data.update(model={"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}}, size_profile="tiny",
-                corpus={"source": "synthetic", "path": None}, device="cpu", arms=ARMS, results=str(tmp / "results"))
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    cfg = load_config(path)
-    model_stage.run(cfg, cfg.results / "model")
-    requant.run(cfg, cfg.results / "requant", parent=cfg.results / "model" / "parent.parquet",
-                protocol=ROOT / "preregistration")
-    return cfg
+    return tiny_pipeline("tokens-pipeline", ARMS)[1]
 
 
 def _run(cfg: Config, out: Path) -> Path:

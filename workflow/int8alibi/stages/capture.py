@@ -46,7 +46,8 @@ CHECKPOINTS = ("own", "pow2-nearest")  # subfolders of results/requant/checkpoin
 PHASES = ("prefill", "decode")
 OPERANDS_DIR = "operands"
 
-INDEX_SCHEMA = pa.schema([
+# The columns that name one captured layer GEMM; tables keyed per captured layer start with them.
+LAYER_FIELDS = [
     pa.field("checkpoint", pa.string(), nullable=False),
     pa.field("phase", pa.string(), nullable=False),
     pa.field("layer", pa.string(), nullable=False),
@@ -55,6 +56,9 @@ INDEX_SCHEMA = pa.schema([
     pa.field("m", pa.int64(), nullable=False),
     pa.field("k", pa.int64(), nullable=False),
     pa.field("n", pa.int64(), nullable=False),
+]
+INDEX_SCHEMA = pa.schema([
+    *LAYER_FIELDS,
     pa.field("file", pa.string(), nullable=False),  # relative to the index's folder
     pa.field("operand_digest", pa.string(), nullable=False),
     pa.field("tokens_sha256", pa.string(), nullable=False),  # the token ids whose forward pass it is

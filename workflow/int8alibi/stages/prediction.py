@@ -30,7 +30,7 @@ from ..protocol import load
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from . import stage_main
-from .capture import index_inputs, iter_index_operands, read_index
+from .capture import LAYER_FIELDS, index_inputs, iter_index_operands, read_index
 
 log = logging.getLogger("int8alibi.prediction")
 
@@ -47,14 +47,7 @@ NORMAL_MIN = 2.0**-126
 ROUND_TO_INF = 2.0**128 - 2.0**103
 
 PREDICTION_SCHEMA = pa.schema([
-    pa.field("checkpoint", pa.string(), nullable=False),
-    pa.field("phase", pa.string(), nullable=False),
-    pa.field("layer", pa.string(), nullable=False),
-    pa.field("block", pa.int32(), nullable=False),
-    pa.field("proj", pa.string(), nullable=False),
-    pa.field("m", pa.int64(), nullable=False),
-    pa.field("k", pa.int64(), nullable=False),
-    pa.field("n", pa.int64(), nullable=False),
+    *LAYER_FIELDS,
     pa.field("operand_digest", pa.string(), nullable=False),
     pa.field("max_abs_acc", pa.int64(), nullable=False),
     pa.field("headroom_bits", pa.float64(), nullable=False),
