@@ -22,8 +22,33 @@ def identity(**changes: object) -> Identity:
         libraries={"torch": "2.13.0", "transformers": "5.24.0"},
         device={"device": "cpu", "compute_capability": "n/a"},
         kernel_evidence={"arm": "exact-cutlass-order", "implementation": "cutlass order"},
+        cpu={"portable": True, "cpu_model": "CPU one", "cpu_flags_sha256": "f" * 64,
+             "cpu_capability_detected": "AVX512", "cpu_capability_effective": "DEFAULT",
+             "steering": {"OMP_NUM_THREADS": "unset"}},
     )
     return dataclasses.replace(base, **changes)
+
+
+def _cpu(**changes: object) -> dict:
+    return {**identity().cpu, **changes}
+
+
+def test_host_facts_may_differ_under_the_portable_settings() -> None:
+    other_host = _cpu(cpu_model="CPU two", cpu_flags_sha256="e" * 64, cpu_capability_detected="AVX2",
+                      steering={"OMP_NUM_THREADS": "1"})
+    assert join(identity(), identity(cpu=other_host, **ARM_B), "arm") == []
+
+
+def test_host_facts_must_agree_without_the_portable_settings() -> None:
+    a = identity(cpu=_cpu(portable=False, cpu_capability_effective="AVX512"))
+    b = identity(cpu=_cpu(portable=False, cpu_capability_effective="AVX512", cpu_model="CPU two"), **ARM_B)
+    with pytest.raises(InputError, match="cpu.cpu_model"):
+        join(a, b, "arm")
+
+
+def test_the_effective_capability_must_agree_even_when_portable() -> None:
+    with pytest.raises(InputError, match="cpu.cpu_capability_effective"):
+        join(identity(), identity(cpu=_cpu(cpu_capability_effective="AVX2"), **ARM_B), "arm")
 
 
 ARM_B = {"arm": "exact-triton-order", "kernel_evidence": {"arm": "exact-triton-order", "implementation": "triton order"}}

@@ -7,6 +7,7 @@ stage's own writer, plus one layer whose power-of-two scales overflow float32 in
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from int8alibi.config import Config, load_config
 from int8alibi.errors import InputError, ProtocolError
@@ -146,8 +148,33 @@ def test_refuses_predictions_changed_after_the_pin(project: Path, captured: tupl
     table = read_table(predictions, prediction.PREDICTION_SCHEMA)
     table.loc[0, "predicted_bitwise_pow2"] = not table.loc[0, "predicted_bitwise_pow2"]
     write_table(table, predictions, prediction.PREDICTION_SCHEMA, prediction.PREDICTION_KEY)
-    with pytest.raises(ProtocolError, match="differs"):
+    with pytest.raises(ProtocolError, match="differs") as err:
         run_compare(project, index, predictions)
+    assert "recorded environments are identical" in str(err.value) and "Two ways forward" in str(err.value)
+
+
+def test_a_pin_mismatch_names_the_environment_facts_that_differ(project: Path, captured: tuple[Path, Path]) -> None:
+    """The pin records where it was made; a run elsewhere is told which facts differ (here the CPU kernels)."""
+    index, predictions = captured
+    amend(project, "Pin the prediction list", "compare may read it only once pinned", ["compare"], "pre-data",
+          pins={"predictions": predictions})
+    record = yaml.safe_load(sorted((project / "amendments").glob("A-*.yaml"))[-1].read_text())
+    pinned_env = record["data_pin_environments"]["predictions"]
+    assert pinned_env["cpu"]["cpu_capability_effective"] == torch.backends.cpu.get_cpu_capability()
+    # Another machine: other kernels, other bytes (simulated by editing this run's record and one row).
+    manifest = predictions.parent / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["environment"]["cpu"]["cpu_capability_effective"] = "AVX512"
+    data["environment"]["cpu"]["cpu_model"] = "Another CPU"
+    manifest.write_text(json.dumps(data))
+    table = read_table(predictions, prediction.PREDICTION_SCHEMA)
+    table.loc[0, "max_abs_acc"] += 1
+    write_table(table, predictions, prediction.PREDICTION_SCHEMA, prediction.PREDICTION_KEY)
+    with pytest.raises(ProtocolError) as err:
+        run_compare(project, index, predictions)
+    message = str(err.value)
+    assert "cpu.cpu_capability_effective: DEFAULT -> AVX512" in message
+    assert f"cpu.cpu_model: {pinned_env['cpu']['cpu_model']} -> Another CPU" in message
 
 
 def test_refuses_predictions_made_on_other_operands(project: Path, captured: tuple[Path, Path]) -> None:

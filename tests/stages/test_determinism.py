@@ -44,6 +44,7 @@ def base_identity(arm: str, checkpoint: str, run: int) -> Identity:
         generation={"prompts": 2, "new_tokens": 4, "decoding": "greedy"},
         engine={"name": "int8alibi-own", "version": "test"}, libraries={"torch": torch.__version__},
         device={"device": "cpu"}, kernel_evidence={"arm": arm, "is_emulation": True},
+        cpu={"portable": True, "cpu_capability_effective": "DEFAULT"},
     )
 
 

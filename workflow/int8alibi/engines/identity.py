@@ -27,6 +27,10 @@ TREATMENT_FIELDS: dict[str, tuple[str, ...]] = {
     "arm": ("arm", "kernel_evidence"),
     "run": ("run",),
 }
+# CPU facts recorded for the reader but allowed to differ when both artifacts were computed under
+# the portable CPU settings, which make bytes independent of them (int8alibi.portable): jobs of
+# one run may land on different cluster hosts.
+HOST_FIELDS = ("cpu.cpu_model", "cpu.cpu_flags_sha256", "cpu.cpu_capability_detected", "cpu.steering.")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class Identity:
     libraries: Mapping[str, Any]
     device: Mapping[str, Any]
     kernel_evidence: Mapping[str, Any]
+    cpu: Mapping[str, Any]
     source: str = field(default="<memory>", compare=False)
 
     def to_json(self) -> str:
@@ -72,6 +77,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "arm": str, "checkpoint": str, "run": int, "prompt_digest": str, "checkpoint_digest": str,
     "parent_digest": str, "tokenizer_digest": str, "quant_config_digest": str,
     "generation": dict, "engine": dict, "libraries": dict, "device": dict, "kernel_evidence": dict,
+    "cpu": dict,
 }
 
 
@@ -146,10 +152,12 @@ def mismatches(a: Identity, b: Identity, treatment: Treatment) -> list[Mismatch]
         raise InputError(f"identity join: unknown treatment {treatment!r} (expected arm or run)")
     allowed = TREATMENT_FIELDS[treatment]
     fa, fb = flat(a), flat(b)
+    portable = fa.get("cpu.portable") is True and fb.get("cpu.portable") is True
     found = [
         Mismatch(key, fa.get(key, ABSENT), fb.get(key, ABSENT))
         for key in sorted(set(fa) | set(fb))
         if key.split(".", 1)[0] not in allowed and fa.get(key, ABSENT) != fb.get(key, ABSENT)
+        and not (portable and key.startswith(HOST_FIELDS))
     ]
     primary = allowed[0]
     if getattr(a, primary) == getattr(b, primary):

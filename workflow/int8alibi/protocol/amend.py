@@ -24,6 +24,7 @@ from .chain import amendment_name, read_amendments, verify_chain
 from .gate import gate
 from .history import check_history
 from .load import load
+from ..provenance.environment import made_in
 from .pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
 from .schema import parse_yaml, validate
 
@@ -93,9 +94,15 @@ def amend(
         raise ProtocolError(
             f"{rel}: changed since {latest.rel}, and stage {stage!r} reads it but is not among the amendment's stages"
         )
-    data_pins = latest.data_pins
+    data_pins, pin_envs = latest.data_pins, latest.data_pin_environments
     for name, path in (pins or {}).items():
-        data_pins[name] = data_digest(_resolve(root, path))
+        file = _resolve(root, path)
+        data_pins[name] = data_digest(file)
+        env = made_in(file)
+        if env is None:
+            pin_envs.pop(name, None)
+        else:
+            pin_envs[name] = env
     record: dict[str, Any] = {
         "id": amendment_name(latest.number + 1),
         "date": dt.datetime.now(dt.UTC).date().isoformat(),
@@ -108,6 +115,8 @@ def amend(
     }
     if data_pins:
         record["data_pins"] = dict(sorted(data_pins.items()))
+    if pin_envs:
+        record["data_pin_environments"] = dict(sorted(pin_envs.items()))
     target = root / AMENDMENTS_DIR / f"{record['id']}.yaml"
     text = yaml.dump(record, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     validate(parse_yaml(text, str(target)), "amendment.schema.yaml", str(target))

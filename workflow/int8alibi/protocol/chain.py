@@ -41,6 +41,11 @@ class Amendment:
     def data_pins(self) -> dict[str, str]:
         return dict(self.data.get("data_pins") or {})
 
+    @property
+    def data_pin_environments(self) -> dict[str, Any]:
+        """Per pinned artifact, the environment it was made in (absent for pins made without one)."""
+        return dict(self.data.get("data_pin_environments") or {})
+
 
 def amendment_name(number: int) -> str:
     return f"A-{number:04d}"

@@ -14,12 +14,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .. import portable
 from .hashing import PACKAGE_ROOT
 
-LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "triton",
+LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "gguf", "triton",
              "snakemake", "compressed-tensors", "vllm")
-# Variables that change kernel arithmetic or its determinism (TRITON_INTERPRET changes bf16 casts).
-ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+# Variables that change GPU kernel arithmetic or its determinism (TRITON_INTERPRET changes bf16
+# casts); the CPU's steering variables are recorded with the CPU facts (int8alibi.portable).
+ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
 NO_GIT = "no git history"
 
 
@@ -80,6 +82,48 @@ def collect(device: Any = None, project_root: str | os.PathLike[str] | None = No
         "machine": platform.machine(),
         "libraries": library_versions(),
         "env": {name: os.environ.get(name, "unset") for name in ENV_VARS},
+        "cpu": portable.facts(),
         "device": device_facts(device),
         "git": git_state(project_root),
     }
+
+
+# What a data pin records of the environment its artifact was computed in (no git state, no
+# platform string: those do not move bytes, and the commit is the amendment's own history).
+PIN_KEYS = ("python", "machine", "libraries", "cpu", "device")
+
+
+def made_in(artifact: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The pin-relevant environment of the stage that wrote ``artifact``, from the ``manifest.json``
+    beside it; None when there is no readable manifest that lists the file as an output."""
+    import json
+
+    path = Path(artifact)
+    manifest = path.parent / "manifest.json"
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    outputs = {Path(rec.get("path", "")).name for rec in data.get("outputs", []) if isinstance(rec, dict)}
+    env = data.get("environment")
+    if path.name not in outputs or not isinstance(env, dict):
+        return None
+    return {key: env[key] for key in PIN_KEYS if key in env}
+
+
+def _leaves(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key in sorted(value):
+            _leaves(value[key], f"{prefix}.{key}" if prefix else str(key), out)
+    else:
+        out[prefix] = value
+
+
+def differences(pinned: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """``field: pinned -> here`` for every environment fact that differs (dotted field names)."""
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _leaves(pinned, "", a)
+    _leaves(here, "", b)
+    return [f"{key}: {a.get(key, '(absent)')} -> {b.get(key, '(absent)')}"
+            for key in sorted(set(a) | set(b)) if a.get(key, "(absent)") != b.get(key, "(absent)")]

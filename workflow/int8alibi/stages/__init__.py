@@ -12,18 +12,37 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .. import portable
 from ..config import Config, load_config
 from ..errors import Int8AlibiError
 
 log = logging.getLogger("int8alibi")
+
+# Stages that run the model's float forward pass: one intra-op thread (see int8alibi.portable).
+FORWARD_STAGES = frozenset({"capture", "generate", "perplexity", "tokens"})
+
+
+def _module_name(run: Callable[..., None]) -> str:
+    """The stage's importable module name, also when it runs as ``python -m`` (``__main__``)."""
+    if run.__module__ != "__main__":
+        return run.__module__
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return spec.name if spec is not None else Path(sys.argv[0]).stem
 
 
 def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """Parse ``--config``, ``--set k=v`` (repeatable), ``--out`` and ``--input name=path``; run the stage.
 
     A failure prints one line naming what failed and exits 1; the stage writes nothing partial
-    because every writer goes through a temporary file and a rename.
+    because every writer goes through a temporary file and a rename. Every stage computes under
+    the portable CPU settings (``int8alibi.portable``): started without them, it re-executes itself
+    with them; if they still do not hold, it stops before computing anything.
     """
+    module = _module_name(run)
+    stage = module.rsplit(".", 1)[-1]
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None and main_spec.name == module:  # this process was started as the stage
+        portable.ensure_process(module, sys.argv[1:])
     parser = argparse.ArgumentParser(prog=run.__module__)
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -33,13 +52,14 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        portable.configure_torch(forward=stage in FORWARD_STAGES)
+        portable.check_process(forward=stage in FORWARD_STAGES)
         cfg: Config = load_config(args.config, args.set)
         inputs = dict(item.split("=", 1) for item in args.input)
         params = dict(item.split("=", 1) for item in args.param)
         args.out.mkdir(parents=True, exist_ok=True)
         run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
     except Int8AlibiError as exc:
-        stage = Path(sys.argv[0]).stem if run.__module__ == "__main__" else run.__module__.rsplit(".", 1)[-1]
         print(f"int8alibi: stage {stage} failed: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -31,6 +31,8 @@ from ..errors import InputError, Int8AlibiError, ProtocolError
 from ..kernels import Arm, select
 from ..operands import ModelShapes, Operands, operand_digest, synthetic_layers
 from ..protocol import pinned_data_digest
+from ..protocol.chain import read_amendments
+from ..provenance.environment import differences, made_in
 from ..protocol.pins import data_digest
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
@@ -115,13 +117,33 @@ def require_pin(predictions: Path, status: dict[str, Any], exploratory: bool, pr
     except ValueError:
         path = predictions.resolve().as_posix()
     if status["pinned"] is None:
-        reason = f"no amendment pins data '{PIN_NAME}'"
-    else:
-        reason = f"the amendment in force pins '{PIN_NAME}' at sha256 {status['pinned']}, which differs"
+        raise ProtocolError(
+            f"{predictions} (sha256 {status['digest']}) is not the pinned prediction list: no amendment pins "
+            f"data '{PIN_NAME}'. Predictions must be pinned before compare reads them: "
+            f"{PIN_HOWTO.format(path=path)} (or set exploratory: true to run unpinned, recorded in every "
+            f"table and manifest)")
     raise ProtocolError(
-        f"{predictions} (sha256 {status['digest']}) is not the pinned prediction list: {reason}. "
-        f"Predictions must be pinned before compare reads them: {PIN_HOWTO.format(path=path)} "
-        f"(or set exploratory: true to run unpinned, recorded in every table and manifest)")
+        f"{predictions} (sha256 {status['digest']}) is not the pinned prediction list: the amendment in force "
+        f"pins '{PIN_NAME}' at sha256 {status['pinned']}, which differs. {environment_story(predictions, project_root)} "
+        f"Two ways forward: (1) reproduce the pinned environment (the facts above), or find why this one "
+        f"computes other bytes; (2) pin this run's predictions by a new amendment whose status says truthfully "
+        f"whether data had been seen: {PIN_HOWTO.format(path=path)} (or set exploratory: true to run "
+        f"unpinned, recorded in every table and manifest)")
+
+
+def environment_story(predictions: Path, project_root: Path) -> str:
+    """What differs between the environment the pin was made in and the one that made ``predictions``."""
+    pinned = read_amendments(project_root)[-1].data_pin_environments.get(PIN_NAME)
+    here = made_in(predictions)
+    if pinned is None:
+        return "The amendment did not record the environment the pin was made in."
+    if here is None:
+        return f"No manifest beside {predictions} records the environment it was made in."
+    changed = differences(pinned, here)
+    if not changed:
+        return "The recorded environments are identical (same libraries, CPU facts and device)."
+    shown = "; ".join(changed[:12]) + (f"; and {len(changed) - 12} more" if len(changed) > 12 else "")
+    return f"Environment facts that differ (pinned -> this run): {shown}."
 
 
 def held(predicted: bool | None, identical: bool) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
+from .. import portable
 from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..device import describe, resolve_device
@@ -158,6 +159,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
         libraries=library_versions(),
         device=describe(device),
         kernel_evidence=out.kernel_evidence,
+        cpu=portable.facts(),
     )
     tokens_path, identity_path = artifact_paths(out_dir, k)
     write_table(frame, tokens_path, TOKENS_SCHEMA, sort_by=["prompt"])
