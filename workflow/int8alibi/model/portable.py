@@ -31,7 +31,8 @@ class PortableLinear(nn.Linear):
         return F.linear(x.float().contiguous(), self._weight32(), bias).to(torch.bfloat16)
 
     def _weight32(self) -> torch.Tensor:
-        """The float32 copy of the weight (exact), made once and remade if the weight changes."""
+        """The float32 copy of the weight (exact), made once and remade when the weight is replaced or
+        modified in place through the parameter (edits through ``.data`` are not tracked by torch)."""
         key = (self.weight.data_ptr(), self.weight._version)
         if getattr(self, "_w32_key", None) != key:
             self._w32 = self.weight.detach().float().contiguous()

@@ -1,0 +1,234 @@
+"""Portable CPU bytes: the settings, their checks, and the proof that steering the CPU moves no byte.
+
+The end-to-end test runs the byte-producing model stages (capture, prediction, generate,
+perplexity, tokens) of the tiny model in fresh processes under every instruction set the host
+supports, capped oneDNN and MKL instruction sets, and 1 or 2 threads, and requires identical
+digests; with the mechanism switched off the same steering must show up in the bytes and in
+``int8alibi diff``, so the test can tell the mechanism from luck.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from int8alibi import portable
+from int8alibi.errors import InputError
+from int8alibi.model.portable import PortableLinear, make_portable
+from int8alibi.model.synthetic import build_synthetic
+from int8alibi.provenance.audit import diff
+
+ARMS = ["exact-cutlass-order", "exact-triton-order"]
+
+
+# ------------------------------------------------------------------ settings and checks
+
+
+def test_apply_to_environ_sets_the_pins_unless_switched_off() -> None:
+    env: dict[str, str] = {}
+    portable.apply_to_environ(env)
+    assert env == dict(portable.PINNED_ENV)
+    off = {portable.SWITCH: "0"}
+    portable.apply_to_environ(off)
+    assert off == {portable.SWITCH: "0"}
+
+
+def test_the_suite_itself_runs_under_the_pins() -> None:
+    assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
+    assert os.environ["MKL_CBWR"] == "COMPATIBLE"
+
+
+def test_check_process_names_every_setting_that_did_not_take_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    with pytest.raises(InputError) as err:
+        portable.check_process(forward=True)
+    message = str(err.value)
+    for expected in ("MKL_CBWR is 'AUTO'", "AVX512 CPU kernels", "oneDNN is enabled", "2 intra-op threads"):
+        assert expected in message
+    monkeypatch.setenv(portable.SWITCH, "0")
+    portable.check_process(forward=True)  # switched off: nothing is required (and facts say so)
+    assert portable.facts()["portable"] is False
+
+
+def test_threads_are_only_pinned_for_forward_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    portable.check_process(forward=False)
+    with pytest.raises(InputError, match="intra-op threads"):
+        portable.check_process(forward=True)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ([], "unknown"),
+    (["sse2", "sse4_2"], "DEFAULT"),
+    (["avx2"], "DEFAULT"),  # torch's AVX2 kernels also need FMA
+    (["avx2", "fma"], "AVX2"),
+    (["avx2", "fma", "avx512f", "avx512vl", "avx512bw"], "AVX2"),  # AVX-512 without DQ
+    (["avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq"], "AVX512"),
+])
+def test_detected_capability_follows_torchs_rule(flags: list[str], expected: str) -> None:
+    assert portable.detected_capability(flags) == expected
+
+
+def test_facts_record_what_could_move_bytes() -> None:
+    facts = portable.facts()
+    assert facts["portable"] is True and facts["cpu_capability_effective"] == "DEFAULT"
+    assert len(facts["cpu_flags_sha256"]) == 64 and facts["cpu_model"]
+    assert set(portable.STEERING_VARS) == set(facts["steering"])
+    assert facts["steering"]["ATEN_CPU_CAPABILITY"] == "default"
+
+
+# ------------------------------------------------------------------ the model's float linears
+
+
+def _bf16(values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64).to(torch.bfloat16)
+
+
+def test_portable_linear_rounds_the_exact_sum_once_to_nearest_even() -> None:
+    """Rows chosen so the float32 sum is exact and lands on or beside a bf16 tie."""
+    layer = PortableLinear(3, 1, bias=False).to(torch.bfloat16)
+    layer.weight.data = _bf16([[1.0, 1.0, 1.0]][0]).reshape(1, 3)
+    x = torch.stack([
+        _bf16([1.0, 2.0**-8, 0.0]),             # 1 + 2^-8: a tie, to even -> 1
+        _bf16([1.0, 2.0**-8, 2.0**-20]),        # just above the tie -> 1 + 2^-7
+        _bf16([1.0, 3 * 2.0**-8, 0.0]),         # 1 + 3*2^-8: a tie, to even -> 1 + 2^-6
+        _bf16([-1.0, -(2.0**-8), 0.0]),         # the negative tie -> -1
+        _bf16([1.0, -1.0, 0.0]),                # exact cancellation -> +0
+        _bf16([2.0**-130, 2.0**-130, 0.0]),     # subnormal sum stays subnormal, exact
+        _bf16([3.0e38, 3.0e38, 0.0]),           # float32 overflow -> +inf
+    ])
+    y = layer(x).float().flatten().tolist()
+    assert y[:5] == [1.0, 1.0 + 2.0**-7, 1.0 + 2.0**-6, -1.0, 0.0]
+    assert y[5] == 2.0**-129 and y[6] == float("inf")
+    assert torch.signbit(layer(x)[4]).item() is False
+
+
+def test_portable_linear_matches_a_float64_reference_on_random_data() -> None:
+    gen = torch.Generator().manual_seed(7)
+    layer = PortableLinear(64, 48).to(torch.bfloat16)
+    layer.weight.data = torch.randn(48, 64, generator=gen).to(torch.bfloat16)
+    layer.bias.data = torch.randn(48, generator=gen).to(torch.bfloat16)
+    x = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
+    ref = (x.double() @ layer.weight.double().T + layer.bias.double()).to(torch.bfloat16)
+    out = layer(x)
+    # float32 accumulation of 64 exact products may differ from the float64 sum by one rounding.
+    assert (out.float() - ref.float()).abs().max() <= ref.float().abs().max() * 2.0**-7
+    assert torch.equal(layer(x).view(torch.int16), out.view(torch.int16))  # the cached weight is reused
+    layer.weight.data = layer.weight.data * 2
+    assert not torch.equal(layer(x), out)  # a replaced weight is seen
+
+
+def test_make_portable_keeps_parameters_and_switches_attention() -> None:
+    model = build_synthetic("tiny", 0, vocab_size=512)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    make_portable(model)
+    assert model.config._attn_implementation == "eager"
+    assert all(type(m) is not torch.nn.Linear for m in model.modules())
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+# ------------------------------------------------------------------ steering the CPU moves no byte
+
+
+def _host_capabilities() -> list[str]:
+    flags = portable._cpu_info()[1]
+    order = ["default", "avx2", "avx512"]
+    best = portable.detected_capability(flags).lower()
+    return order[: order.index(best) + 1] if best in order else ["default"]
+
+
+def _variants() -> list[dict[str, str]]:
+    """Every capability the host supports, crossed over thread counts and capped library ISAs."""
+    caps = _host_capabilities()
+    out = [{"ATEN_CPU_CAPABILITY": cap, "OMP_NUM_THREADS": str(1 + i % 2)} for i, cap in enumerate(caps)]
+    out.append({"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"})
+    out.append({"ONEDNN_MAX_CPU_ISA": "SSE41", "OMP_NUM_THREADS": "1"})
+    return out
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in portable.PINNED_ENV and k not in portable.STEERING_VARS and k != portable._REEXEC_MARK}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "workflow")
+    env.update(extra)
+    return env
+
+
+def _stage(stage: str, cfg: Path, out: Path, env: dict[str, str], *args: str) -> None:
+    cmd = [sys.executable, "-m", f"int8alibi.stages.{stage}", "--config", str(cfg), "--out", str(out), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{stage} under {env.get('ATEN_CPU_CAPABILITY')}: {done.stderr[-2000:]}"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.suffix in (".parquet", ".safetensors")}
+
+
+def _run_model_stages(cfg: Path, results: Path, out: Path, env: dict[str, str], stages: tuple[str, ...]) -> None:
+    gate = f"gate={results}/requant/gate.parquet"
+    if "capture" in stages:
+        _stage("capture", cfg, out / "capture", env, "--input", gate)
+        _stage("prediction", cfg, out / "prediction", env, "--input", f"index={out}/capture/index.parquet")
+    if "generate" in stages:
+        _stage("generate", cfg, out / "generate", env, "--input", gate, "--param", f"arm={ARMS[0]}",
+               "--param", "checkpoint=own", "--param", "run=1")
+    if "perplexity" in stages:
+        _stage("perplexity", cfg, out / "perplexity", env, "--input", gate)
+    if "tokens" in stages:
+        _stage("tokens", cfg, out / "tokens", env, "--input", gate, "--input", f"parent={results}/model/parent.parquet")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_pipeline) -> tuple[Path, Path]:
+    path, cfg = tiny_pipeline("portable", ARMS)
+    return path, cfg.results
+
+
+@pytest.mark.slow
+def test_steering_the_cpu_moves_no_byte_of_any_model_stage(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    cfg, results = tiny
+    stages = ("capture", "generate", "perplexity", "tokens")
+    seen: dict[str, dict[str, str]] = {}
+    for i, variant in enumerate(_variants()):
+        out = tmp_path / f"v{i}"
+        _run_model_stages(cfg, results, out, _env(variant), stages)
+        seen[repr(variant)] = _digests(out)
+    reference = next(iter(seen.values()))
+    for table in ("capture/index.parquet", "prediction/predictions.parquet", "generate/run1.parquet",
+                  "perplexity/windows.parquet", "tokens/positions.parquet", "tokens/check7.parquet"):
+        assert table in reference
+    assert any(name.startswith("capture/operands/") for name in reference)
+    for variant, digests in seen.items():
+        assert digests == reference, f"bytes moved under {variant}"
+
+
+@pytest.mark.slow
+def test_without_the_mechanism_the_capability_shows_in_bytes_and_in_diff(tiny: tuple[Path, Path],
+                                                                        tmp_path: Path) -> None:
+    """The same steering with PORTABLE_CPU=0: capture bytes follow the capability, and diff names it."""
+    cfg, results = tiny
+    caps = _host_capabilities()
+    if len(caps) < 2:
+        pytest.skip(f"this CPU offers only {caps}: no second capability to compare")
+    runs = {}
+    for cap in (caps[0], caps[-1]):
+        out = tmp_path / cap
+        _run_model_stages(cfg, results, out, _env({portable.SWITCH: "0", "ATEN_CPU_CAPABILITY": cap}), ("perplexity",))
+        runs[cap] = out
+    differences = diff(runs[caps[0]], runs[caps[-1]])
+    fields = {d.field for d in differences}
+    assert "environment.cpu.cpu_capability_effective" in fields
+    assert "environment.cpu.steering.ATEN_CPU_CAPABILITY" in fields
+    assert _digests(runs[caps[0]]) != _digests(runs[caps[-1]]), "perplexity bytes did not depend on the capability"
