@@ -10,6 +10,7 @@ import torch
 
 from int8alibi.config import Config
 from int8alibi.corpus import (
+    PACKAGE_FILE,
     PACKAGE_SOURCE,
     load_corpus,
     package_text,
@@ -60,13 +61,40 @@ def test_package_corpus_without_a_pin_is_a_protocol_error() -> None:
         load_corpus(cfg("package"), pinned(text_digest(package_text()), source="textwrap"))
 
 
-def test_the_registered_protocol_pins_this_pythons_embedded_corpus() -> None:
+def test_the_registered_protocol_pins_the_shipped_corpus() -> None:
+    """The pin must exist and match the file the package ships: a missing pin fails, never skips."""
     from int8alibi.protocol import load
 
     analysis = load(ROOT / "preregistration").analysis
-    if "corpus" not in analysis:
-        pytest.skip("not applicable yet: preregistration/analysis.yaml has no corpus pin")
+    assert analysis["corpus"]["package"]["source"] == PACKAGE_SOURCE
     assert load_corpus(cfg("package"), analysis).pin == "protocol"
+
+
+def test_the_shipped_corpus_does_not_depend_on_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever pydoc_data this Python has, the corpus is the file shipped with the package."""
+    import sys
+    import types
+
+    fake = types.ModuleType("pydoc_data.topics")
+    fake.topics = {"a": "another release's text"}
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", fake)
+    assert package_text() == PACKAGE_FILE.read_bytes().decode("utf-8")
+    assert (PACKAGE_FILE.parent / "pydoc-topics-3.11.7.LICENSE.txt").read_text().count("PYTHON SOFTWARE FOUNDATION") >= 1
+
+
+def test_a_missing_or_changed_corpus_file_is_a_named_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from int8alibi import corpus as corpus_module
+    from int8alibi.protocol import load
+
+    analysis = load(ROOT / "preregistration").analysis
+    monkeypatch.setattr(corpus_module, "PACKAGE_FILE", tmp_path / "gone.txt")
+    with pytest.raises(InputError, match="gone.txt: the embedded corpus file is missing"):
+        load_corpus(cfg("package"), analysis)
+    changed = tmp_path / "changed.txt"
+    changed.write_text(PACKAGE_FILE.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    monkeypatch.setattr(corpus_module, "PACKAGE_FILE", changed)
+    with pytest.raises(InputError, match="changed.txt is not the text the protocol was registered with"):
+        load_corpus(cfg("package"), analysis)
 
 
 def test_wikitext_raw_file_loads_and_other_texts_are_refused(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def reference_arm() -> CutlassOrderReference:
 @pytest.fixture
 def english_prose() -> str:
     """English prose that ships with CPython: the start of the pipeline's embedded corpus
-    (``pydoc_data.topics``, the language reference topics), enough for 512 tokens."""
+    (CPython 3.11.7's ``pydoc_data.topics``, shipped as a file), enough for 512 tokens."""
     from int8alibi.corpus import package_text
 
     return package_text()[:8000]

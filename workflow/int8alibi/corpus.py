@@ -21,8 +21,8 @@ from .errors import InputError, ProtocolError
 from .provenance.hashing import canonical_json, sha256_bytes
 
 ANALYSIS_FILE = "preregistration/analysis.yaml"
-PACKAGE_SOURCE = "pydoc_data.topics"
-PACKAGE_JOIN = "\n\n"
+PACKAGE_SOURCE = "int8alibi/data/pydoc-topics-3.11.7.txt"
+PACKAGE_FILE = Path(__file__).resolve().parent / "data" / "pydoc-topics-3.11.7.txt"
 
 SYNTHETIC_SEED = 0
 SYNTHETIC_WORDS = 20_000
@@ -72,14 +72,15 @@ def _corpus_pins(analysis: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def package_text() -> str:
-    """The embedded corpus: CPython's ``pydoc_data.topics`` (English prose), sorted keys, joined.
-
-    It ships with every CPython, so the default pipeline needs no download; its bytes change
-    between Python releases, which the protocol's digest pin turns into a named failure.
-    """
-    from pydoc_data.topics import topics
-
-    return PACKAGE_JOIN.join(topics[key] for key in sorted(topics))
+    """The embedded corpus: CPython 3.11.7's ``pydoc_data.topics`` (English prose: the language
+    reference topics, sorted keys, joined by blank lines), shipped with this package under the
+    PSF licence beside it, so the text does not depend on the interpreter a machine has."""
+    try:
+        return PACKAGE_FILE.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{PACKAGE_FILE}: the embedded corpus file is missing from the installed package") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{PACKAGE_FILE}: the embedded corpus cannot be read as UTF-8 ({exc})") from exc
 
 
 def _load_package(analysis: Mapping[str, Any]) -> CorpusText:
@@ -95,8 +96,8 @@ def _load_package(analysis: Mapping[str, Any]) -> CorpusText:
     digest = text_digest(text)
     if digest != pin["sha256"]:
         raise InputError(f"corpus {name}: sha256 {digest} differs from the protocol's pin "
-                         f"{pin['sha256']} ({ANALYSIS_FILE}: corpus.package.sha256); this Python's "
-                         f"pydoc_data is not the one the protocol was registered with")
+                         f"{pin['sha256']} ({ANALYSIS_FILE}: corpus.package.sha256); the file {PACKAGE_FILE} "
+                         f"is not the text the protocol was registered with")
     return CorpusText(name=name, text=text, sha256=digest, pin="protocol")
 
 
