@@ -9,7 +9,9 @@ import torch
 from int8alibi.arith import bf16_round, exact_accumulator, is_pow2, ulp_distance, wrap_int32
 from int8alibi.errors import InputError
 from int8alibi.faults import catalogue as cat
-from int8alibi.faults.pipeline import epilogue, reference, regime_scales, scale, tile_partial_sums
+from int8alibi.faults.pipeline import epilogue, reference, regime_scales, tile_partial_sums
+
+from . import exact_reference as ref
 
 
 def operands(m: int = 12, k: int = 384, n: int = 40, seed: int = 1):
@@ -37,23 +39,131 @@ def test_epilogue_faults_vanish_under_power_of_two_scales() -> None:
         assert torch.equal(y_fault.view(torch.int16), y.view(torch.int16))
 
 
-def test_f1_rounds_both_scales_to_bf16() -> None:
-    a, w, s_a, s_w = operands()
-    x = acc_f32(a, w)
-    expected = scale(x, bf16_round(s_a, "rne").float(), bf16_round(s_w, "rne").float()).to(torch.bfloat16)
-    assert torch.equal(cat.f1_scale_precision(x, s_a, s_w).view(torch.int16), expected.view(torch.int16))
-    _, y = reference(a, w, s_a, s_w)
-    assert not torch.equal(cat.f1_scale_precision(x, s_a, s_w), y)  # s_a has more than 8 significand bits
+def bits(y: torch.Tensor) -> np.ndarray:
+    """bf16 bit patterns as int64 in [0, 0xFFFF]."""
+    return y.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
 
 
-def test_f2_rounds_between_the_multiplies() -> None:
+def f32_values(*bit_patterns: int) -> np.ndarray:
+    """float32 numbers given by their bit patterns (so a boundary value is exactly what it says)."""
+    return np.array(bit_patterns, dtype=np.uint32).view(np.float32)
+
+
+def grid(accs: list[int], s_a: np.ndarray, s_w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (accumulator, s_a, s_w) combination: rows take ``s_a``; column j takes
+    ``s_w[j // len(accs)]`` and accumulator ``accs[j % len(accs)]``."""
+    cols_w = np.repeat(np.asarray(s_w, np.float32), len(accs))
+    acc = np.tile(np.asarray(accs, np.int64), (len(s_a), len(s_w)))
+    return acc, np.asarray(s_a, np.float32), cols_w
+
+
+def module_inputs(acc: np.ndarray, s_a: np.ndarray, s_w: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """What the campaign hands a fault: f32(int32 accumulator) by torch's conversion, float32 scales."""
+    return (torch.from_numpy(acc).to(torch.int32).to(torch.float32), torch.from_numpy(s_a.copy()),
+            torch.from_numpy(s_w.copy()))
+
+
+# Boundary accumulators: zero, +-1, |acc| around 2^24 (int32 -> float32 ties to even), the int32 ends.
+ACCS = [0, 1, -1, 3, 127, -16256, 51941, 12_345_677, -7_654_321, 2**24 - 1, 2**24 + 1, 2**24 + 3,
+        -(2**24 + 1), 33_292_293, 2**31 - 1, -(2**31)]
+# Scales at bf16 ties and their neighbours, float32 subnormals, values bf16 does not hold, large ones.
+S_A = f32_values(0x00000000,  # a zero row's scale
+                 0x3F800000,  # 1
+                 0x3F808000,  # 1 + 2^-8: a bf16 tie, to even (1)
+                 0x3F818000,  # 1 + 3*2^-8: a bf16 tie, to even (1 + 2^-6)
+                 0x3F808001,  # just above the tie: up
+                 0x3F807FFF,  # just below the tie: down
+                 0x3D833179,  # 0.064059205, realistic per-token scale
+                 0x3C010204,  # 1/127 in float32
+                 0x00200000,  # 2^-130: float32 subnormal that bf16 holds
+                 0x00013333,  # float32 subnormal between bf16's subnormals
+                 0x007FFFFF,  # largest float32 subnormal
+                 0x477FE000)  # 65504
+S_W = f32_values(0x3F800000,  # 1
+                 0x3C000000,  # 2^-7, a power of two
+                 0x3AB20000,  # a bf16 weight scale
+                 0x39B3BAEB,  # 0.00034280805, not a bf16 value
+                 0x3F808000,  # 1 + 2^-8: bf16 tie
+                 0x3F7FFFFF,  # 1 - 2^-24: rounds up to 1 in bf16
+                 0x00000001,  # 2^-149, float32's smallest subnormal
+                 0x0D000000,  # 2^-101: products land in float32's and bf16's subnormals
+                 0x7149F2CA)  # 1e30: overflow to inf in the second product
+# (An s_a that overflows the first product is in the next test: here F1 rounds s_w = 2^-149 to 0,
+# and inf * 0 would make a NaN, whose bits are the hardware's, not the fault's.)
+
+
+def test_the_reference_rounding_on_hand_checked_values() -> None:
+    """The reference's own rounding, on values worked out by hand, and against numpy's and torch's casts."""
+    bf = ref.BF16
+    assert ref.round_to(np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8)]), bf, "rne").tolist() == [1.0, 1 + 2**-6, -1.0]
+    assert ref.round_to(np.array([1 + 2**-7 - 2**-20, -(1 + 2**-7 - 2**-20)]), bf, "rtz").tolist() == [1.0, -1.0]
+    largest = (2 - 2**-7) * 2.0**127
+    assert ref.round_to(np.array([largest + 2**119, largest + 2**119 - 2**96]), bf, "rne").tolist() == [np.inf, largest]
+    assert ref.round_to(np.array([2.0**130, -np.inf]), bf, "rtz").tolist() == [largest, -np.inf]
+    assert ref.round_to(np.array([2.0**-134, 3 * 2.0**-134, 2.0**-135 * 3]), bf, "rne").tolist() == [0.0, 2.0**-132, 2.0**-133]
+    assert ref.f32(np.array([2**24 + 1, 2**24 + 3, 2**31 - 1])).tolist() == [2**24, 2**24 + 4, 2**31]
+    assert np.signbit(ref.round_to(np.array([-2.0**-140]), bf, "rne"))[0]  # -0 stays negative
+    assert ref.bf16_bits(np.array([1.0, -np.inf, 2.0**-133])).tolist() == [0x3F80, 0xFF80, 0x0001]
+    # A sweep: float64 -> float32 against numpy's IEEE cast, float32 -> bf16 against torch's CPU cast.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(20000) * np.exp2(rng.integers(-160, 130, 20000))
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    assert np.array_equal(ref.f32(x), x32.astype(np.float64))
+    x32 = x32[np.isfinite(x32)]
+    cast = torch.from_numpy(x32).to(torch.bfloat16).view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+    assert np.array_equal(ref.bf16_bits(ref.round_to(x32.astype(np.float64), bf, "rne")), cast)
+
+
+@pytest.mark.parametrize("fault", ["F1", "F2", "F4"])
+def test_epilogue_faults_match_the_exact_reference_on_boundary_values(fault: str) -> None:
+    """Every combination of the boundary accumulators and scales, against the float64-exact reference."""
+    function = {"F1": cat.f1_scale_precision, "F2": cat.f2_double_rounding, "F4": cat.f4_output_truncation}[fault]
+    expected_of = {"F1": ref.f1, "F2": ref.f2, "F4": ref.f4}[fault]
+    acc, s_a, s_w = grid(ACCS, S_A, S_W)
+    expected = expected_of(acc, s_a, s_w)
+    got = bits(function(*module_inputs(acc, s_a, s_w)))
+    wrong = np.argwhere(got != expected)
+    assert wrong.size == 0, [(int(acc[i, j]), float(s_a[i]), float(s_w[j]), hex(got[i, j]), hex(expected[i, j]))
+                             for i, j in wrong[:5]]
+    # The grid reaches what it is meant to: zeros, subnormals, infinities and a change vs the reference.
+    magnitude = expected & 0x7FFF
+    assert (magnitude == 0).any() and ((magnitude > 0) & (magnitude < 0x0080)).any() and (magnitude == 0x7F80).any()
+    assert (expected != ref.reference(acc, s_a, s_w)).any()
+
+
+@pytest.mark.parametrize("fault", ["F1", "F2", "F4"])
+def test_epilogue_faults_match_the_exact_reference_where_scales_overflow_bf16(fault: str) -> None:
+    """Scales at bf16's overflow boundary (F1's cast to bf16 and F2's bf16 partial reach inf); no zero
+    anywhere, so no inf * 0."""
+    function = {"F1": cat.f1_scale_precision, "F2": cat.f2_double_rounding, "F4": cat.f4_output_truncation}[fault]
+    expected_of = {"F1": ref.f1, "F2": ref.f2, "F4": ref.f4}[fault]
+    s_a = f32_values(0x7F7F8000,   # bf16's largest finite + half a spacing: a tie, to inf
+                     0x7F7F7FFF,   # just below it: bf16's largest finite
+                     0x7F7FFFFF,   # float32's largest finite: inf in bf16
+                     0x3D833179)
+    s_w = f32_values(0x006CE3EE,   # 1e-38
+                     0x00010000,   # 2^-133, bf16's smallest subnormal (does not round to zero)
+                     0x3F800000, 0x39B3BAEB)
+    acc, s_a, s_w = grid([1, -1, 3, 2**31 - 1, -(2**31)], s_a, s_w)
+    expected = expected_of(acc, s_a, s_w)
+    got = bits(function(*module_inputs(acc, s_a, s_w)))
+    assert np.array_equal(got, expected), np.argwhere(got != expected)[:5].tolist()
+    assert ((expected & 0x7FFF) == 0x7F80).any()
+
+
+def test_f1_and_f2_match_the_exact_reference_on_realistic_operands() -> None:
     a, w, s_a, s_w = operands()
     x = acc_f32(a, w)
-    expected = bf16_round(bf16_round(x * s_a[:, None], "rne").float() * s_w[None, :], "rne")
-    y_fault = cat.f2_double_rounding(x, s_a, s_w)
-    assert torch.equal(y_fault.view(torch.int16), expected.view(torch.int16))
+    acc = exact_accumulator(a, w).numpy()
+    sa, sw = s_a.numpy(), s_w.numpy()
+    y1, y2 = cat.f1_scale_precision(x, s_a, s_w), cat.f2_double_rounding(x, s_a, s_w)
+    assert np.array_equal(bits(y1), ref.f1(acc, sa, sw))
+    assert np.array_equal(bits(y2), ref.f2(acc, sa, sw))
     _, y = reference(a, w, s_a, s_w)
-    assert int(ulp_distance(y, y_fault).max()) == 1  # it does change outputs, by one spacing here
+    assert np.array_equal(bits(y), ref.reference(acc, sa, sw))
+    assert not torch.equal(y1, y)  # s_a has more than 8 significand bits
+    assert int(ulp_distance(y, y2).max()) == 1  # F2 does change outputs, by one spacing here
 
 
 def test_f3_multiplies_the_scales_first() -> None:
@@ -61,6 +171,30 @@ def test_f3_multiplies_the_scales_first() -> None:
     x = acc_f32(a, w)
     expected = (x * (s_a[:, None] * s_w[None, :])).to(torch.bfloat16)
     assert torch.equal(cat.f3_scale_order(x, s_a, s_w).view(torch.int16), expected.view(torch.int16))
+
+
+def test_f4_keeps_the_reference_association_under_non_unit_scales() -> None:
+    """F4 is ``bf16_rtz((f32(acc) * s_a) * s_w)``. With realistic scales, these accumulators (found by
+    a search over 1 <= acc < 2^22) are where the reference association lands exactly on a bf16
+    value or just above it while ``acc * (s_a * s_w)`` lands just below, so truncation tells the
+    two associations apart; the exact reference shows both sides, and F4 must match the first."""
+    cases = [
+        (0x3D833179, 0x39B3BAEB, [51941, -51941, 103882, 207764]),   # s_a 0.064059205, s_w 0.00034280805
+        (0x3D95FCB3, 0x39875043, [25523, -25523, 51046, 102092]),    # s_a 0.07323589, s_w 0.00025809006
+        (0x3BA5AFFB, 0x38F0E8FA, [70613, 141226, -282452]),           # s_a 0.005056379, s_w 0.00011487487
+    ]
+    for sa_bits, sw_bits, accs in cases:
+        acc, s_a, s_w = grid(accs, f32_values(sa_bits), f32_values(sw_bits))
+        expected = ref.f4(acc, s_a, s_w)
+        assert (expected != ref.f4_scales_first(acc, s_a, s_w)).all()  # the associations differ everywhere here
+        assert np.array_equal(bits(cat.f4_output_truncation(*module_inputs(acc, s_a, s_w))), expected)
+
+
+def test_f4_matches_the_exact_reference_on_realistic_operands() -> None:
+    a, w, s_a, s_w = operands(m=24, k=512, n=48, seed=3)
+    acc = exact_accumulator(a, w).numpy()
+    y = cat.f4_output_truncation(acc_f32(a, w), s_a, s_w)
+    assert np.array_equal(bits(y), ref.f4(acc, s_a.numpy(), s_w.numpy()))
 
 
 def test_f4_truncates_toward_zero() -> None:

@@ -56,11 +56,35 @@ def test_boundary_operands_match_reference(order, reference, bits_match):
     cases.append((pick((4, 6144)), pick((8, 6144)), s_a, s_w))
     # Outputs beyond bf16's range: inf.
     cases.append(operands(4, 512, 8, 6, sa=(1e30, 1e31), sw=(1e3, 1e4)))
+    # inf * 0: |acc| = 2**14 * 6144 times a scale of 1e38 overflows float32; a zero scale then makes
+    # NaN, in the order that multiplies it last (CUTLASS: s_a, Triton: s_w), and 0 in the other.
+    a_q = torch.full((3, 6144), -128, dtype=torch.int8)
+    a_q[2] = 127  # a negative accumulator row
+    cases.append((a_q, torch.full((3, 6144), -128, dtype=torch.int8), torch.tensor([1e38, 0.0, 0.0]),
+                  torch.tensor([1e38, 0.0, 1e38])))
     for a_q, w_q, s_a, s_w in cases:
         assert bits_match(arm.scaled_mm(a_q, w_q, s_a, s_w), reference(a_q, w_q, s_a, s_w, order))
     big = arm.scaled_mm(*cases[3])
     assert bool((big.float().abs() > 0).all())
-    assert bool(torch.isinf(arm.scaled_mm(*cases[-1])).any())
+    assert bool(torch.isinf(arm.scaled_mm(*cases[-2])).any())
+    nan = torch.isnan(arm.scaled_mm(*cases[-1]))
+    # CUTLASS order: s_a = 0 times s_w*acc = +-inf at (1, 0), (1, 2), (2, 0), (2, 2); Triton order:
+    # s_w = 0 times s_a*acc = inf at (0, 1).
+    expected = [(1, 0), (1, 2), (2, 0), (2, 2)] if order == "cutlass" else [(0, 1)]
+    assert sorted(map(tuple, nan.nonzero().tolist())) == expected
+
+
+def test_same_bits_counts_nan_payloads_and_signed_zeros(bits_match):
+    """The comparison the kernel tests use is bitwise: NaN sign and payload bits count, as do signed zeros."""
+    def bf16(*bits: int) -> torch.Tensor:
+        return torch.tensor([b - 0x10000 if b >= 0x8000 else b for b in bits], dtype=torch.int16).view(torch.bfloat16)
+
+    assert bits_match(bf16(0x7FC0, 0xFFC1, 0x0000), bf16(0x7FC0, 0xFFC1, 0x0000))
+    assert not bits_match(bf16(0x7FC0), bf16(0xFFC0))   # NaN sign
+    assert not bits_match(bf16(0x7FC0), bf16(0x7FC1))   # NaN payload
+    assert not bits_match(bf16(0x7FC0), bf16(0x7FFF))   # NaN payload (CUDA's canonical NaN, rounded)
+    assert not bits_match(bf16(0x0000), bf16(0x8000))   # +0 vs -0
+    assert not bits_match(bf16(0x3F80, 0x3F80), bf16(0x3F80))  # shape
 
 
 @pytest.mark.parametrize("order", ORDERS)

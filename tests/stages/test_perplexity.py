@@ -86,6 +86,90 @@ def test_a_probe_without_excess_has_no_decomposition() -> None:
     assert r["detail"].startswith("not applicable")
 
 
+# H1 and G1 on constructed windows whose verdict follows by hand. The rules as pinned:
+# H1 supported iff the paired percentile interval (level 0.90: the 5% and 95% quantiles of 2000
+# resamples) of change(pow2-ceiling) - change(pow2-nearest) = (ppl_ceiling - ppl_nearest) / ppl_own lies
+# entirely below zero; G1 triggered iff the point estimate ppl_ceiling / ppl_own - 1 > 0.05. Within a
+# resample every arm sums the same windows' tokens, so the sign of ppl_ceiling - ppl_nearest is the sign
+# of the resample's summed NLL difference: a window-by-window sign argument decides every resample.
+
+def test_the_pinned_h1_and_g1_are_the_rules_derived_by_hand_below() -> None:
+    (h1,) = [h for h in ANALYSIS["hypotheses"] if h["id"] == "H1"]
+    assert h1["arms"] == ["pow2-ceiling", "pow2-nearest"] and h1["reference"] == "own"
+    assert "entirely below zero" in " ".join(h1["supported_when"].split())
+    (g1,) = [g for g in ANALYSIS["gates"] if g["id"] == "G1"]
+    assert (g1["arm"], g1["reference"], g1["threshold"], g1["comparison"]) == ("pow2-ceiling", "own", 0.05, "greater")
+    assert (ANALYSIS["bootstrap"]["level"], ANALYSIS["bootstrap"]["resamples"]) == (0.90, 2000)
+
+
+def equal_windows(ceiling_minus_nearest: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """12 windows of 30 tokens with varied NLLs; pow2-ceiling = pow2-nearest + the given per-window
+    NLL differences (exactly pow2-nearest's values where a difference is 0)."""
+    tokens = np.full(WINDOWS, 30)
+    rng = np.random.default_rng(5)
+    own = tokens * rng.uniform(1.5, 3.0, size=WINDOWS)
+    nearest = own + 0.01 * tokens + rng.uniform(-0.5, 0.5, size=WINDOWS)
+    return {"parent": own - 0.01 * tokens, "own": own, "pow2-nearest": nearest,
+            "pow2-ceiling": nearest + ceiling_minus_nearest, "probe": own + 0.30 * tokens}, tokens
+
+
+def test_h1_supported_when_ceiling_beats_nearest_in_every_window() -> None:
+    """Every window's difference is negative, so every resample's is: both quantiles lie below zero."""
+    gaps = -np.random.default_rng(6).uniform(0.1, 2.0, size=WINDOWS)
+    rows = by_quantity(analyse(*equal_windows(gaps), ANALYSIS))
+    h1 = rows[("hypothesis:H1", "pow2-ceiling")]
+    assert h1["verdict"] == "supported"
+    assert h1["low"] < h1["high"] < 0 and h1["value"] < 0   # a real interval, not a degenerate one
+
+
+def test_h1_not_supported_when_one_window_can_outweigh_the_rest() -> None:
+    """Ceiling beats nearest by g in 11 windows and loses by 8g in one. A resample holding that window
+    c times sums (9c - 12)g: negative for c = 0, 1 (the full sample has c = 1: the point estimate
+    favours H1), positive for c >= 2. P(c >= 2) = 1 - (11/12)^11 * 23/12 = 0.264 > 0.05, so the 95%
+    quantile is positive (about 528 of 2000 resamples, against the 100 the quantile needs) and H1 is
+    not supported; P(c <= 1) = 0.736 puts the 5% quantile below zero."""
+    g = 0.3
+    gaps = np.full(WINDOWS, -g)
+    gaps[7] = 8 * g
+    rows = by_quantity(analyse(*equal_windows(gaps), ANALYSIS))
+    h1 = rows[("hypothesis:H1", "pow2-ceiling")]
+    assert h1["value"] < 0
+    assert h1["low"] < 0 < h1["high"]
+    assert h1["verdict"].startswith("not supported: the 90% interval [")
+
+
+def test_h1_boundary_an_interval_reaching_zero_is_not_entirely_below_it() -> None:
+    """Ceiling equals nearest bit for bit except in one window, where it is better. A resample without
+    that window (probability (11/12)^12 = 0.352, about 704 of 2000) gives exactly 0, and those are the
+    largest values, so the 95% quantile is exactly 0: not below zero, H1 not supported, although the
+    point estimate and every other resample favour it. With no difference at all the interval is [0, 0]."""
+    gaps = np.zeros(WINDOWS)
+    gaps[5] = -0.5
+    h1 = by_quantity(analyse(*equal_windows(gaps), ANALYSIS))[("hypothesis:H1", "pow2-ceiling")]
+    assert h1["value"] < 0 and h1["low"] < 0
+    assert h1["high"] == 0.0
+    assert h1["verdict"].startswith("not supported")
+    same = by_quantity(analyse(*equal_windows(np.zeros(WINDOWS)), ANALYSIS))[("hypothesis:H1", "pow2-ceiling")]
+    assert (same["value"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    assert same["verdict"].startswith("not supported")
+
+
+@pytest.mark.parametrize("excess,verdict", [
+    (1e-9, "triggered: search arm not in this study's build"),
+    (-1e-9, "gate not triggered"),
+    (-0.04, "gate not triggered"),
+    (0.30, "triggered: search arm not in this study's build"),
+])
+def test_g1_on_either_side_of_its_threshold(excess: float, verdict: str) -> None:
+    """pow2-ceiling's NLL is own's plus log(1.05 + excess) per token in every window, so ppl_ceiling /
+    ppl_own - 1 = 0.05 + excess up to float rounding (~1e-15), far inside the 1e-9 margin."""
+    nll, tokens = equal_windows(np.zeros(WINDOWS))
+    nll["pow2-ceiling"] = nll["own"] + np.log1p(0.05 + excess) * tokens
+    g1 = by_quantity(analyse(nll, tokens, ANALYSIS))[("gate:G1", "pow2-ceiling")]
+    assert g1["value"] == pytest.approx(0.05 + excess, abs=1e-13)
+    assert g1["verdict"] == verdict
+
+
 def test_gate_threshold_is_strict_at_the_boundary() -> None:
     gate = {"id": "G9", "arm": "pow2-ceiling", "metric": "relative_perplexity_change", "reference": "own",
             "threshold": 0.5, "comparison": "greater"}
@@ -161,10 +245,27 @@ def test_tiny_model_summary_is_complete_and_runs_are_byte_identical(scored: tupl
     for arm in set(ARMS) - {"own"}:
         r = rows[("relative_change_vs_own", arm)]
         assert r["low"] <= r["value"] <= r["high"] or r["low"] is None
-    assert rows[("hypothesis:H1", "pow2-ceiling")]["verdict"] in {"supported"} or \
-        rows[("hypothesis:H1", "pow2-ceiling")]["verdict"].startswith("not ")
-    assert rows[("gate:G1", "pow2-ceiling")]["verdict"] in {"gate not triggered",
-                                                           "triggered: search arm not in this study's build"}
+    # H1 and G1 recomputed from the per-window NLLs, independently of the stage's statistics code:
+    # the pinned resampling (PCG64 seeded by analysis.yaml, one draw of [resamples, windows] indices),
+    # perplexity over the resampled windows' tokens, numpy's linear quantiles.
+    windows = read_table(first / "windows.parquet")
+    by_arm = {a: windows[windows["arm"] == a].sort_values("window") for a in ARMS}
+    tokens = by_arm["own"]["tokens"].to_numpy(dtype=np.float64)
+    sums = {a: f["nll_sum"].to_numpy() for a, f in by_arm.items()}
+    ppl = {a: math.exp(sums[a].sum() / tokens.sum()) for a in ARMS}
+    boot = ANALYSIS["bootstrap"]
+    idx = np.random.Generator(np.random.PCG64(boot["seed"])).integers(0, len(tokens), size=(boot["resamples"], len(tokens)))
+    boot_ppl = {a: np.exp(sums[a][idx].sum(axis=1) / tokens[idx].sum(axis=1)) for a in ARMS}
+    diff = (boot_ppl["pow2-ceiling"] - boot_ppl["pow2-nearest"]) / boot_ppl["own"]
+    low, high = np.quantile(diff, [0.05, 0.95])
+    h1 = rows[("hypothesis:H1", "pow2-ceiling")]
+    assert (h1["low"], h1["high"]) == (pytest.approx(low, rel=1e-12, abs=1e-15), pytest.approx(high, rel=1e-12, abs=1e-15))
+    assert h1["verdict"] == ("supported" if high < 0 else
+                             f"not supported: the 90% interval [{low:.6g}, {high:.6g}] does not lie entirely below zero")
+    g1 = rows[("gate:G1", "pow2-ceiling")]
+    change = ppl["pow2-ceiling"] / ppl["own"] - 1
+    assert g1["value"] == pytest.approx(change, rel=1e-12)
+    assert g1["verdict"] == ("triggered: search arm not in this study's build" if change > 0.05 else "gate not triggered")
     assert ("mismatch_share", "probe") in rows
     manifest = load_manifest(first / "manifest.json")
     assert manifest["params"]["kernel_arm"] == "exact-cutlass-order"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -21,10 +22,9 @@ from int8alibi.provenance.audit import verify
 from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.scoring import outcome
 from int8alibi.stages import tokens as stage
 from int8alibi.tokens.check7 import Check7Rule
-from int8alibi.tokens.inject import InjectionArm
+from int8alibi.tokens.inject import Cell, InjectionArm
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["exact-cutlass-order", "exact-triton-order"]
@@ -32,6 +32,33 @@ PROTOCOL = load(ROOT / "preregistration")
 SIZES = stage.sizes(PROTOCOL.tokens, "tiny")
 TABLES = {"positions": stage.POSITIONS_SCHEMA, "pairs": stage.PAIRS_SCHEMA, "predictor": stage.PREDICTOR_SCHEMA,
           "check7": stage.CHECK7_SCHEMA}
+
+
+# analysis.yaml's reading rule written out by hand: (prediction, fired) -> score on an applicable check
+# of an observable comparison; an unobservable comparison is excluded, and an n/a prediction or a
+# check that is not applicable is not scored.
+READING_RULE = {("fire", True): "TP", ("fire", False): "FN", ("silent", True): "FP", ("silent", False): "TN"}
+
+
+def expected_score(prediction: str, observable: bool, applicable: bool, fired: bool | None) -> str:
+    if not observable:
+        return "excluded-unobservable"
+    if prediction == "n/a" or not applicable:
+        return "not-applicable"
+    return READING_RULE[(prediction, fired)]
+
+
+def expected_fired(flips: int, positions: int, confident: int) -> bool:
+    """tokens.yaml check7 (margin_threshold 1.0, flip_budget 0.05, confident_flips_allowed 0) in
+    integers: fires when flips / positions > 1/20, or when any flip has a reference margin >= 1."""
+    return 20 * flips > positions or confident > 0
+
+
+def test_the_hand_written_rules_are_the_pinned_ones() -> None:
+    assert PROTOCOL.analysis["reading_rule"]["scores"] == {"fire": {"fired": "TP", "silent": "FN"},
+                                                          "silent": {"fired": "FP", "silent": "TN"}}
+    c7 = PROTOCOL.tokens["check7"]
+    assert (c7["margin_threshold"], c7["flip_budget"], c7["confident_flips_allowed"]) == (1.0, 0.05, 0)
 
 
 @pytest.fixture(scope="module")
@@ -81,20 +108,22 @@ def test_identical_pairs_give_zero_flips_and_a_silent_check(tables: dict) -> Non
 def test_scores_follow_the_pinned_predictions_and_the_reading_rule(tables: dict) -> None:
     check7 = tables["check7"]
     pinned = {(e["fault"], e["severity"], e["regime"]): e for e in PROTOCOL.tokens["predictions"]["injection"]}
-    rule = Check7Rule.from_protocol(PROTOCOL.tokens)
     positions = tables["positions"]
     for row in check7.itertuples():
         entry = pinned[(row.fault, row.severity, row.regime)]
         assert (row.prediction, row.predicted_miss, row.predicted_observable) == (
             entry["prediction"], entry["predicted_miss"], entry["observable"])
         fired = None if row.fired is None or (isinstance(row.fired, float) and np.isnan(row.fired)) else bool(row.fired)
-        assert row.score == outcome(row.prediction, bool(row.observable), bool(row.applicable), fired)
+        mine = positions[(positions["comparison"] == f"{row.fault} {row.severity}") & (positions["regime"] == row.regime)]
+        failed_closed = len(mine) == 0  # such a cell leaves no positions: changed, but nothing to compare
+        assert bool(row.applicable) == (not failed_closed)
+        assert bool(row.observable) == (failed_closed or bool(mine["changed"].any()))
         if row.applicable:
-            mine = positions[(positions["comparison"] == f"{row.fault} {row.severity}") & (positions["regime"] == row.regime)]
             flips = mine["flip"].to_numpy()
-            confident = int((flips & (mine["margin"].to_numpy() >= rule.margin_threshold)).sum())
-            assert (row.flips, row.confident_flips) == (int(flips.sum()), confident)
-            assert row.fired == (row.flips > rule.flip_budget * row.positions or confident > 0)
+            confident = int((flips & (mine["margin"].to_numpy() >= 1.0)).sum())
+            assert (row.positions, row.flips, row.confident_flips) == (len(mine), int(flips.sum()), confident)
+            assert fired is expected_fired(int(flips.sum()), len(mine), confident)
+        assert row.score == expected_score(row.prediction, bool(row.observable), bool(row.applicable), fired)
     # Under power-of-two weight scales F2, F3 and F5 give the reference's bits (the pinned reason).
     pow2 = check7[(check7["regime"] == "pow2") & check7["fault"].isin(["F2", "F3", "F5"])]
     assert (pow2["changed_positions"] == 0).all()
@@ -151,6 +180,85 @@ def test_a_precondition_fault_whose_model_fails_closed_is_not_applicable(pipe: C
     f6_row = rows[rows["fault"] == "F6"].iloc[0]
     assert (f6_row["applicable"], f6_row["fired"], f6_row["score"]) == (False, None, "not-applicable")
     assert f6_row["reason"].startswith("not applicable: window 0: the faulted model failed closed")
+
+
+def positions_frame(label: str, regime: str, window: int, flips: dict[int, float], changed: int,
+                    n: int = 20) -> pd.DataFrame:
+    """``n`` positions of one window; ``flips`` maps a position to its reference margin (every other
+    position keeps the top-1 token at margin 3.0); the first ``changed`` positions' logits changed."""
+    margin = np.full(n, 3.0)
+    flip = np.zeros(n, dtype=bool)
+    for pos, m in flips.items():
+        margin[pos], flip[pos] = m, True
+    moved = np.arange(n) < changed
+    return pd.DataFrame({"comparison": label, "regime": regime, "checkpoint": regime, "window": np.full(n, window, np.int32),
+                         "position": np.arange(n, dtype=np.int32), "token": np.arange(n, dtype=np.int64), "margin": margin,
+                         "top1_a": np.zeros(n, np.int64), "top1_b": flip.astype(np.int64), "flip": flip,
+                         "logits_differ": moved, "changed": moved})
+
+
+def test_check7_table_scores_constructed_comparisons_as_derived_by_hand() -> None:
+    """Two windows of 20 positions per cell (40 positions: the budget 0.05 allows 2 flips), against a
+    constructed prediction table; every expected value below is worked out from tokens.yaml's check7
+    and analysis.yaml's reading rule, not from the code."""
+    #  fault sev    prediction  flips (window 0)       changed  | positions flips confident observable applicable fired  score
+    spec = [
+        ("F1", "one", "silent", {0: 0.5, 1: 0.5}, 3,     40, 2, 0, True, True, False, "TN"),   # 2/40 = budget: within
+        ("F1", "pct", "fire", {0: 0.1, 1: 0.2, 2: 0.3}, 3, 40, 3, 0, True, True, True, "TP"),   # 3/40 above the budget
+        ("F1", "all", "silent", {4: 1.0}, 1,              40, 1, 1, True, True, True, "FP"),    # margin 1.0 is confident
+        ("F2", "one", "fire", {}, 5,                     40, 0, 0, True, True, False, "FN"),
+        ("F2", "pct", "fire", {}, 0,                     40, 0, 0, False, True, False, "excluded-unobservable"),
+        ("F2", "all", "silent", {0: np.nan, 1: 0.99}, 2, 40, 2, 0, True, True, False, "TN"),    # NaN, 0.99: not confident
+        ("F7", "all", "n/a", {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.1, 4: 0.1}, 5, 40, 5, 0, True, True, True, "not-applicable"),
+    ]
+    outcomes, table, injected = {}, {}, []
+    for fault, sev, prediction, flips, changed, *_ in spec:
+        cell = Cell(fault, sev, "own")
+        injected.append(cell)
+        frames = [positions_frame(cell.label, "own", 0, flips, changed), positions_frame(cell.label, "own", 1, {}, 0)]
+        outcomes[(cell.label, "own")] = stage.Outcome(cell.label, "own", frames)
+        table[(fault, sev, "own")] = {"prediction": prediction, "predicted_miss": False, "observable": True}
+    f6 = Cell("F6", "all", "own")
+    injected.append(f6)
+    outcomes[(f6.label, "own")] = stage.Outcome(f6.label, "own", [], "window 0: the faulted model failed closed: x")
+    table[("F6", "all", "own")] = {"prediction": "fire", "predicted_miss": False, "observable": True}
+    rows = stage.check7_table(outcomes, injected, table, Check7Rule(1.0, 0.05, 0), {"own": "own"})
+    got = rows.set_index(["fault", "severity"])
+    for fault, sev, prediction, _, changed, positions, flips, confident, observable, applicable, fired, score in spec:
+        row = got.loc[(fault, sev)]
+        assert (row["positions"], row["changed_positions"], row["flips"], row["confident_flips"]) == (
+            positions, changed, flips, confident), (fault, sev)
+        assert (bool(row["observable"]), bool(row["applicable"]), bool(row["fired"]), row["score"]) == (
+            observable, applicable, fired, score), (fault, sev)
+        assert row["windows"] == 2 and row["fraction"] == flips / 40 and row["prediction"] == prediction
+    row = got.loc[("F6", "all")]   # failed closed: changed (observable), nothing to compare, not scored
+    assert (row["positions"], bool(row["observable"]), bool(row["applicable"]), row["fired"], row["score"]) == (
+        0, True, False, None, "not-applicable")
+    assert row["reason"] == "not applicable: window 0: the faulted model failed closed: x"
+
+
+def test_pairs_table_scores_the_kernel_pair_as_derived_by_hand() -> None:
+    """own: 3 flips in window 0 of two 20-position windows, margins below 1: 3/40 > 0.05 fires; the
+    logits differ, the pinned prediction is silent: FP. The window-cluster interval by hand: a resample
+    of two windows holds window 0 twice (rate 6/40), once (3/40) or never (0) with probabilities 1/4,
+    1/2, 1/4 (about 500 of 2000 resamples each way, far more than the 100 each 5% tail needs), so the
+    90% interval is [0, 0.15]. pow2: nothing differs: excluded as unobservable, silent."""
+    outcomes = {
+        ("kernels", "own"): stage.Outcome("kernels", "own", [
+            positions_frame("kernels", "own", 0, {3: 0.2, 9: 0.4, 15: 0.6}, 4),
+            positions_frame("kernels", "own", 1, {}, 2)]),
+        ("kernels", "pow2"): stage.Outcome("kernels", "pow2", [
+            positions_frame("kernels", "pow2", 0, {}, 0), positions_frame("kernels", "pow2", 1, {}, 0)]),
+    }
+    rows = stage.pairs_table(outcomes, ["own", "pow2"], ("arm-a", "arm-b"), PROTOCOL.tokens, Check7Rule(1.0, 0.05, 0),
+                             PROTOCOL.analysis["bootstrap"], {"own": "own", "pow2": "pow2-nearest"}).set_index("regime")
+    own, pow2 = rows.loc["own"], rows.loc["pow2"]
+    assert (own["positions"], own["differing_positions"], own["flips"], own["confident_flips"]) == (40, 6, 3, 0)
+    assert (bool(own["fired"]), own["prediction"], own["score"]) == (True, "silent", "FP")
+    assert (own["flip_rate"], own["flip_rate_low"], own["flip_rate_high"]) == (3 / 40, 0.0, 6 / 40)
+    assert (pow2["differing_positions"], pow2["flips"], bool(pow2["fired"]), pow2["score"]) == (
+        0, 0, False, "excluded-unobservable")
+    assert (pow2["flip_rate_low"], pow2["flip_rate_high"], pow2["checkpoint"]) == (0.0, 0.0, "pow2-nearest")
 
 
 def test_unknown_size_profile_and_missing_gate_fail_closed(tmp_path: Path) -> None:
