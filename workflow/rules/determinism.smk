@@ -14,16 +14,18 @@ rule generate:
         run="[12]",
     params:
         code=code_digest("generate"),
-        cfg=config_digest(config, ["model", "size_profile", "corpus", "device"]),
+        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device"]),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
         f"{BENCHMARKS}/generate/{{arm}}_{{checkpoint}}_{{run}}.tsv"
-    # one thread each: a generation job is mostly loading and M=1 steps, so two run side by side
+    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
+    # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
         mem_mb=8000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd(
             "generate",
@@ -50,6 +52,8 @@ rule determinism:
         manifest=f"{RESULTS}/determinism/manifest.json",
     params:
         code=code_digest("determinism"),
+        cfg=config_digest(RUN, ["arms", "exploratory"]),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/determinism.log",
     threads: 1

@@ -15,15 +15,16 @@ if int(config.get("faults_shards", 1)) <= 1:
             manifest=f"{RESULTS}/faults/manifest.json",
         params:
             code=code_digest("faults"),
-            cfg=config_digest(config, ["device", "exploratory"]),
+            cfg=config_digest(RUN, ["device", "exploratory"]),
+            env=ENVIRONMENT,
         log:
             f"{LOGS}/faults.log",
         benchmark:
             f"{BENCHMARKS}/faults.tsv"
-        threads: workflow.cores
+        threads: 2
         resources:
             mem_mb=8000,
-            gpu=use_gpu(config),
+            gpu=use_gpu(RUN),
         shell:
             stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log}"
 
@@ -46,15 +47,16 @@ else:
             stop=r"\d+",
         params:
             code=code_digest("faults"),
-            cfg=config_digest(config, ["device", "exploratory"]),
+            cfg=config_digest(RUN, ["device", "exploratory"]),
+            env=ENVIRONMENT,
         log:
             f"{LOGS}/faults/shard_{{start}}_{{stop}}.log",
         benchmark:
             f"{BENCHMARKS}/faults/shard_{{start}}_{{stop}}.tsv"
-        threads: workflow.cores
+        threads: 2
         resources:
             mem_mb=8000,
-            gpu=use_gpu(config),
+            gpu=use_gpu(RUN),
         shell:
             stage_cmd(
                 "faults",
@@ -74,13 +76,14 @@ else:
         params:
             code=code_digest("faults"),
             shards=lambda wc: " ".join(f"--shard {d}" for d in faults_shard_dirs(wc)),
+            env=ENVIRONMENT,
         log:
             f"{LOGS}/faults_gather.log",
         threads: 1
         resources:
             mem_mb=8000,
         shell:
-            f"{sys.executable} -m int8alibi.stages.faults gather --config {RUN_CONFIG} "
+            f"python -m int8alibi.stages.faults gather --config {RUN_CONFIG} "
             f"--out {RESULTS}/faults {{params.shards}} 2> {{log}}"
 
 
@@ -97,13 +100,14 @@ rule faults_smoke:
         manifest=f"{RESULTS}/faults_smoke/manifest.json",
     params:
         code=code_digest("faults"),
-        cfg=config_digest(config, ["device", "exploratory"]),
+        cfg=config_digest(RUN, ["device", "exploratory"]),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/faults_smoke.log",
-    threads: workflow.cores
+    threads: 2
     resources:
         mem_mb=4000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd(
             "faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2"

@@ -1,18 +1,23 @@
 rule model:
     # The saved bf16 parent lives in results/model/parent/; it is not declared as a directory
     # output (Snakemake would add a timestamp file to it): parent.parquet lists and hashes every
-    # file in it, and readers refuse a folder that differs.
+    # file in it, and readers refuse a folder that differs. The source files are a content digest
+    # param, not inputs: their timestamps change when a venv is rebuilt or a checkout copied.
     output:
         info=f"{RESULTS}/model/parent.parquet",
         manifest=f"{RESULTS}/model/manifest.json",
     params:
         code=code_digest("model"),
-        cfg=config_digest(config, ["model"]),
+        cfg=config_digest(RUN, ["model"]),
+        # the source files by name, size and content (the GGUF in its package, or every file of the
+        # Hugging Face directory): changing one reruns model and everything after it
+        source=SOURCES["parent"],
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/model.log",
     benchmark:
         f"{BENCHMARKS}/model.tsv"
-    threads: workflow.cores
+    threads: 2
     resources:
         mem_mb=16000,
     shell:

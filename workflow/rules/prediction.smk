@@ -7,14 +7,15 @@ rule prediction:
         manifest=f"{RESULTS}/prediction/manifest.json",
     params:
         code=code_digest("prediction"),
-        cfg=config_digest(config, ["device"]),
+        cfg=config_digest(RUN, ["device"]),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/prediction.log",
     benchmark:
         f"{BENCHMARKS}/prediction.tsv"
-    threads: workflow.cores
+    threads: 2
     resources:
         mem_mb=8000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log}"

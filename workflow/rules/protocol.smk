@@ -8,6 +8,7 @@ rule protocol:
         manifest=f"{RESULTS}/protocol/manifest.json",
     params:
         code=code_digest("protocol"),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/protocol.log",
     threads: 1

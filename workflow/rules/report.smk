@@ -8,6 +8,8 @@ rule report:
         manifest=f"{RESULTS}/report/manifest.json",
     params:
         code=code_digest("report"),
+        cfg=config_digest(RUN, ["model", "size_profile", "arms", "device"]),
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/report.log",
     threads: 1

@@ -9,12 +9,15 @@ rule requant:
         manifest=f"{RESULTS}/requant/manifest.json",
     params:
         code=code_digest("requant"),
-        cfg=config_digest(config, ["model"]),
+        cfg=config_digest(RUN, ["model"]),
+        # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
+        checkpoint=SOURCES["checkpoint"],
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/requant.log",
     benchmark:
         f"{BENCHMARKS}/requant.tsv"
-    threads: workflow.cores
+    threads: 2
     resources:
         mem_mb=16000,
     shell:

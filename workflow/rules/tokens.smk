@@ -11,15 +11,19 @@ rule tokens:
         manifest=f"{RESULTS}/tokens/manifest.json",
     params:
         code=code_digest("tokens"),
-        cfg=config_digest(config, ["model", "size_profile", "corpus", "device", "arms"]),
+        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),
+        corpus=SOURCES["corpus"],
+        env=ENVIRONMENT,
     log:
         f"{LOGS}/tokens.log",
     benchmark:
         f"{BENCHMARKS}/tokens.tsv"
-    threads: workflow.cores
+    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
+    # Snakemake runs such jobs side by side instead
+    threads: 1
     resources:
         mem_mb=16000,
-        gpu=use_gpu(config),
+        gpu=use_gpu(RUN),
     shell:
         stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
         + " 2> {log}"

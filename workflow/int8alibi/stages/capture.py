@@ -24,9 +24,8 @@ from tqdm import tqdm
 
 from ..config import Config
 from ..corpus import load_corpus
-from ..device import resolve_device
 from ..errors import InputError
-from ..kernels import Arm, select
+from ..kernels import Arm
 from ..model.hooks import capture, tapped
 from ..model.layers import quantized_linears
 from ..model.sources import load_parent
@@ -37,6 +36,7 @@ from ..protocol import load
 from ..provenance.manifest import MANIFEST_NAME, write_manifest
 from ..provenance.parquet import read_table, write_table
 from ..quant.compressed_tensors import load_checkpoint
+from ..resolve import stage_arms
 from . import stage_main
 from .requant import CHECKPOINTS_DIR, GATE_SCHEMA
 
@@ -211,8 +211,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
         stale.unlink(missing_ok=True)
     analysis = load(root / "preregistration").analysis
     sizes = capture_sizes(analysis, cfg["size_profile"])
-    device = resolve_device(cfg["device"])
-    arm, _, selection = select(cfg["arms"], device)  # the model runs on arm A; compare runs both
+    device, arm, _, selection = stage_arms(cfg)  # resolved once per run; the model runs on arm A, compare on both
     corpus = load_corpus(cfg, analysis)
     gate_labels = passed_gate(gate)
     checkpoint_dirs = {name: gate.parent / CHECKPOINTS_DIR / name for name in CHECKPOINTS}

@@ -36,6 +36,7 @@ from ..provenance.environment import differences, made_in
 from ..protocol.pins import data_digest
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
+from ..resolve import stage_arms
 from . import stage_main
 from .capture import index_inputs, iter_index_operands, read_index
 from .prediction import PREDICTION_SCHEMA, POW2_SETTING, predict_layer, snap_operands
@@ -261,8 +262,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
     if missing:
         raise InputError(f"{index}: no captured operands for checkpoint(s) {missing}")
     predicted = _pow2_predictions(predictions, frame)
-    device = resolve_device(cfg["device"])
-    arm_a, arm_b, selection = select(cfg["arms"], device)
+    device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
     rows: list[dict[str, Any]] = []
     for checkpoint, phase in sorted(set(zip(frame["checkpoint"], frame["phase"]))):
         total = int(((frame.checkpoint == checkpoint) & (frame.phase == phase)).sum())

@@ -22,7 +22,6 @@ from ..engines.identity import Identity, Mismatch, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
-from ..workflow_support import selected_arm_names
 from . import log, stage_main
 from .generate import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
 
@@ -127,7 +126,7 @@ def _rows(checkpoint: str, comparison: str, identical: torch.Tensor, first: torc
 def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false") -> None:
     """Join every artifact under the identity contract and tabulate agreement."""
     allow = parse_flag(allow_unverified, "allow_unverified")
-    arm_a, arm_b = selected_arm_names(cfg.data)
+    arm_a, arm_b = cfg.resolved_arms  # resolved once per run, when it was planned (the generate jobs' arms)
     arms = [arm_a, arm_b]
     arts = {(arm, c, k): read_artifact(Path(runs), arm, c, k) for arm in arms for c in CHECKPOINTS for k in RUNS}
 
@@ -179,13 +178,14 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
     write_manifest(
         out_dir, stage="determinism", outputs=outputs,
         inputs=[p for art in arts.values() for p in art.paths],
-        params={"allow_unverified": allow, "arms": arms, "checkpoints": list(CHECKPOINTS), "runs": list(RUNS)},
+        params={"allow_unverified": allow, "arms": arms, "device": cfg.resolved_device,
+                "checkpoints": list(CHECKPOINTS), "runs": list(RUNS)},
         arms=[dict(arts[(arm, CHECKPOINTS[0], 1)].identity.kernel_evidence) for arm in arms],
         exploratory=cfg.exploratory,
         extra={"identity": {"verified": not violations, "allow_unverified": allow,
                             "violations": [{"a": sa, "b": sb, "field": m.field, "value_a": m.a, "value_b": m.b}
                                            for sa, sb, m in violations]}},
-        device=cfg["device"],
+        device="cpu",  # determinism only reads tables; the arms' devices are in their identity files
     )
     log.info("determinism: %s", summary.iloc[0].to_dict())
 

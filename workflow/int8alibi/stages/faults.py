@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from ..config import Config, load_config
-from ..device import resolve_device
+from ..resolve import stage_device
 from ..errors import InputError, Int8AlibiError
 from ..faults import CampaignSettings, run_campaign
 from ..faults.sources import LayerSelection, OperandSource
@@ -90,7 +90,7 @@ def run(cfg: Config, out_dir: Path, *, operands: Path, layers: str | int | None 
     root = Path(project_root)
     protocol = load(root / "preregistration")
     settings = CampaignSettings.from_protocol(protocol)
-    device = resolve_device(cfg["device"])
+    device = stage_device(cfg)  # resolved once per run, when it was planned
     source = OperandSource.resolve(operands)
     selection = LayerSelection.parse(layers, layer_range)
     rows = run_campaign(selection.apply(source.layers()), settings, device,

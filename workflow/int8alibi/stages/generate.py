@@ -20,7 +20,7 @@ import torch
 from .. import portable
 from ..config import Config
 from ..corpus import prompt_digest, prompts
-from ..device import describe, resolve_device
+from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
 from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, write_identity
 from ..engines.own import ENGINE, load_w8a8
@@ -28,8 +28,8 @@ from ..errors import InputError
 from ..provenance.environment import library_versions
 from ..provenance.hashing import sha256_bytes
 from ..provenance.parquet import write_table
-from ..kernels.registry import get
 from ..model.sources import tokenizer_digest
+from ..resolve import require_arm, stage_device
 from . import log, stage_main
 
 CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling")
@@ -96,10 +96,7 @@ class Generated:
 
 
 def _own(cfg: Config, ckpt: Path, arm: str, device: torch.device, analysis: Any, profile: Any) -> Generated:
-    kernel = get(arm, device)
-    ok, why = kernel.available()
-    if not ok:
-        raise InputError(f"arm {arm} on {device}: not available ({why})")
+    kernel = require_arm(cfg, arm, device)  # fails closed, naming the arm and this host
     engine = load_w8a8(cfg, ckpt, kernel, device, label=f"{arm}/{ckpt.name}")
     ids = prompts(engine.tokenizer, analysis, int(profile["prompts"]))
     tokens = engine.generate(ids, int(profile["new_tokens"]))
@@ -133,7 +130,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
     protocol = load()
     profile = protocol.size_profile(cfg["size_profile"])
     ckpt = checkpoint_dir(gate, checkpoint)
-    device = resolve_device(cfg["device"])
+    device = stage_device(cfg, [arm])  # resolved once per run, when it was planned
     log.info("generate: arm %s, checkpoint %s, run %d, engine %s, device %s", arm, checkpoint, k, engine, device)
     if engine == "own":
         out = _own(cfg, ckpt, arm, device, protocol.analysis, profile)

@@ -22,14 +22,13 @@ import torch
 
 from ..config import Config
 from ..corpus import encode, load_corpus, windows
-from ..device import resolve_device
 from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import load_parent, load_w8a8
 from ..errors import ProtocolError
-from ..kernels.registry import select
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
+from ..resolve import stage_arms
 from ..stats import Interval, paired_bootstrap, perplexity
 from . import log, stage_main
 
@@ -171,8 +170,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     protocol = load()
     analysis = protocol.analysis
     profile = protocol.size_profile(cfg["size_profile"])
-    device = resolve_device(cfg["device"])
-    kernel, _, selection = select(cfg["arms"], device)
+    device, kernel, _, selection = stage_arms(cfg)  # resolved once per run; every W8A8 arm runs on arm A
     ckpts = {name: checkpoint_dir(gate, name) for name in ARMS if name != "parent"}
     corpus = load_corpus(cfg, analysis)
 

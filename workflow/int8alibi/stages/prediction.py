@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..arith import (F32_EXACT_BOUND, INT32_PRODUCT_BOUND, exact_accumulator, int32_bound_holds, is_pow2,
                      snap_pow2)
 from ..config import Config
-from ..device import resolve_device
+from ..resolve import stage_device
 from ..errors import InputError, ProtocolError
 from ..operands import Operands
 from ..protocol import load
@@ -179,7 +179,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, project_root: str | Path = "
     """Predict every captured layer from ``index`` and write predictions.parquet + manifest."""
     root = Path(project_root)
     check_thresholds(load(root / "preregistration").thresholds)
-    device = resolve_device(cfg["device"])
+    device = stage_device(cfg)  # resolved once per run, when it was planned
     table = predict_index(Path(index), device)
     out = Path(out_dir) / "predictions.parquet"
     write_table(table, out, PREDICTION_SCHEMA, PREDICTION_KEY)

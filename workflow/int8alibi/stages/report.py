@@ -20,6 +20,17 @@ def _exploratory(results: Path) -> bool:
     return any(json.loads(m.read_text()).get("exploratory", False) for m in results.glob("*/manifest.json"))
 
 
+def _resolution(cfg: Config) -> str:
+    """The run's arms and device as resolved once when it was planned (the run config's block), and why."""
+    block = cfg.resolution
+    if block is None:
+        return f"arms: {cfg['arms']}; device: {cfg['device']} (as the config names them)"
+    arm_a, arm_b = block["arms"]
+    return (f"arms: {arm_a} vs {arm_b} on {block['device']} (config: arms {block['spec']['arms']}, device "
+            f"{block['spec']['device']}; resolved once on host {block['host']}: {block['reason']['device']}; "
+            f"{block['reason']['arms']})")
+
+
 def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Path | None = None) -> None:
     results = Path(results or cfg.results)
     benchmarks = Path(benchmarks) if benchmarks else Path("benchmarks") / ("" if results.name == "results" else results.name)
@@ -27,7 +38,7 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     exploratory = _exploratory(results)
     doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
     doc.add(document.Paragraph(
-        f"Model source: {cfg['model']['source']}; size profile: {cfg['size_profile']}; arms: {cfg['arms']}; "
+        f"Model source: {cfg['model']['source']}; size profile: {cfg['size_profile']}; {_resolution(cfg)}; "
         + ("EXPLORATORY run: predictions were not pinned before comparison." if exploratory
            else "predictions pinned before comparison.")))
     for section in sections.SECTIONS:
@@ -36,7 +47,8 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     written = document.write(doc, out_dir)
     inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name != "report")
     write_manifest(out_dir, stage="report", outputs=written, inputs=inputs,
-                   params={"results": str(results)}, exploratory=exploratory)
+                   params={"results": str(results), "resolved": dict(cfg.resolution or {}) or "not resolved"},
+                   exploratory=exploratory)
     log.info("report written: %s", ", ".join(p.name for p in written))
 
 

@@ -26,15 +26,14 @@ from tqdm import tqdm
 
 from ..config import Config
 from ..corpus import encode, load_corpus, windows
-from ..device import resolve_device
 from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import load_w8a8
 from ..errors import InputError, ProtocolError
 from ..faults.campaign import CampaignSettings
-from ..kernels.registry import select
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
+from ..resolve import stage_arms
 from ..scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, outcome
 from ..tokens.check7 import Check7Result, Check7Rule, evaluate, not_applicable
 from ..tokens.inject import Cell, InjectionArm, cells
@@ -375,8 +374,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
     settings = CampaignSettings.from_protocol(protocol)
     regimes: dict[str, str] = dict(spec["regimes"])
     table = predictions(spec)
-    device = resolve_device(cfg["device"])
-    arm_a, arm_b, selection = select(cfg["arms"], device)
+    device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
     ckpts = {regime: checkpoint_dir(gate, name) for regime, name in regimes.items()}
     corpus = load_corpus(cfg, analysis)
 

@@ -1,0 +1,157 @@
+"""Resolve once: what ``device: auto`` and ``arms: auto`` stand for is decided when a run is planned.
+
+``plan`` runs while Snakemake parses the Snakefile (``workflow/rules/common.smk``): it resolves the
+config's device and arm pair on the planning host, with the reason, into the ``resolved`` block of
+the run config (``<results>/.run/config.yaml``), or reuses the block an earlier plan wrote for the
+same ``device`` and ``arms`` values. A cluster job re-parsing the Snakefile on a compute node
+therefore reads the resolution; it does not make its own. To resolve again (e.g. after moving a
+finished CPU run to a GPU host) delete the run config or name device and arms explicitly.
+
+Stages read the block through ``Config.resolved_device`` / ``Config.resolved_arms`` and build what
+it names with ``stage_device`` / ``stage_arms``. When the resolved device or arm cannot run where the
+stage executes, they raise ``InputError`` naming the arm and the host: nothing is resolved again and
+nothing is substituted.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .config import RESOLVED, Config
+from .errors import InputError
+
+
+def host() -> str:
+    """The name of the machine this process runs on, as manifests and errors name it."""
+    return socket.gethostname()
+
+
+def _spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    arms = config["arms"]
+    return {"device": config.get("device", "auto"), "arms": arms if isinstance(arms, str) else list(arms)}
+
+
+def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``resolved`` block for ``config``'s device and arms, decided on this host.
+
+    ``device: auto`` is CUDA when torch sees a CUDA device here, else CPU; ``arms: auto`` is the first
+    pair of ``kernels.registry.AUTO_ORDER`` available on that device (``registry.select``). Explicit
+    values are recorded as they are: whether they can run is checked where each stage executes.
+    """
+    from .kernels.registry import select
+
+    here, spec = host(), _spec(config)
+    if spec["device"] == "auto":
+        if torch.cuda.is_available():
+            device, why_device = "cuda", f"auto: a CUDA device is visible to torch on host {here}"
+        else:
+            device, why_device = "cpu", f"auto: no CUDA device visible to torch on host {here}"
+    else:
+        device, why_device = spec["device"], f"explicit: the config says device: {spec['device']}"
+    unavailable: dict[str, str] = {}
+    if spec["arms"] == "auto":
+        try:
+            arm_a, arm_b, evidence = select("auto", device)
+        except InputError as exc:
+            raise InputError(f"arms: auto cannot be resolved on host {here} ({why_device}): {exc}") from None
+        arms = [arm_a.name, arm_b.name]
+        unavailable = {str(k): str(v) for k, v in dict(evidence.get("unavailable", {})).items()}
+        why_arms = f"{evidence['why']}, on host {here}: {arms}"
+        if unavailable:
+            why_arms += f"; passed over (reasons under unavailable): {', '.join(unavailable)}"
+    else:
+        arms = [str(a) for a in spec["arms"]]
+        why_arms = f"explicit: the config names {arms}"
+    return {"spec": spec, "device": device, "arms": arms, "reason": {"device": why_device, "arms": why_arms},
+            "host": here, "unavailable": unavailable}
+
+
+def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run config: ``config`` plus its ``resolved`` block.
+
+    The block of ``previous`` (the run config an earlier plan wrote) is reused when it was made for
+    the same device and arms values; otherwise the run is resolved here.
+    """
+    if RESOLVED in config:
+        raise InputError("the config has a 'resolved' block: that block is written by the pipeline into "
+                         "<results>/.run/config.yaml when it plans a run; remove it from your config")
+    earlier = (previous or {}).get(RESOLVED)
+    if isinstance(earlier, Mapping) and earlier.get("spec") == _spec(config):
+        block = dict(earlier)
+    else:
+        block = resolve(config)
+    return {**config, RESOLVED: block}
+
+
+def _origin(cfg: Config) -> str:
+    block = cfg.resolution
+    if block is None:
+        return "named by the config"
+    return f"resolved on host {block['host']}: {block['reason']['device']}"
+
+
+def stage_device(cfg: Config, arms: Sequence[str] = ()) -> torch.device:
+    """The run's resolved device, after checking that it exists on this host (else ``InputError``)."""
+    name = cfg.resolved_device
+    if name == "cuda" and not torch.cuda.is_available():
+        what = f"arm{'s' if len(arms) > 1 else ''} {', '.join(arms)} on device cuda" if arms else "device cuda"
+        raise InputError(f"{what} ({_origin(cfg)}) cannot run on host {host()}: no CUDA device is visible to torch "
+                         "here; nothing is substituted: run this job where a GPU is visible, or plan the run again "
+                         "(delete <results>/.run/config.yaml or name device and arms in the config)")
+    return torch.device(name)
+
+
+def stage_arms(cfg: Config) -> tuple[torch.device, Any, Any, dict[str, Any]]:
+    """``(device, arm A, arm B, selection evidence)`` for the run's resolved arms on this host.
+
+    Fails closed with ``InputError`` naming the arm and the host when an arm is not available here.
+    The evidence has ``registry.select``'s keys, with ``why`` the resolution's reason.
+    """
+    from .kernels.registry import get
+
+    names = cfg.resolved_arms
+    device = stage_device(cfg, names)
+    arms = []
+    for name in names:
+        try:
+            arm = get(name, device)
+        except InputError as exc:
+            raise InputError(f"arm {name} cannot be built on host {host()}: {exc}") from None
+        ok, why = arm.available()
+        if not ok:
+            block = cfg.resolution
+            origin = (f"resolved on host {block['host']}: {block['reason']['arms']}" if block is not None
+                      else "named by the config")
+            raise InputError(f"arm {name} on {device} ({origin}) cannot run on host {host()}: {why}; nothing is "
+                             "substituted")
+        arms.append(arm)
+    arm_a, arm_b = arms
+    block = cfg.resolution
+    evidence: dict[str, Any] = {
+        "spec": cfg["arms"] if isinstance(cfg["arms"], str) else list(cfg["arms"]),
+        "device": str(device),
+        "chosen": list(names),
+        "why": block["reason"]["arms"] if block is not None else f"explicit pair {list(names)} named by the config",
+        "unavailable": dict(block.get("unavailable", {})) if block is not None else {},
+        "emulation": bool(arm_a.is_emulation or arm_b.is_emulation),
+        "arms": [arm_a.evidence(), arm_b.evidence()],
+        "resolved": dict(block) if block is not None else "not resolved: the config names device and arms",
+        "host": host(),
+    }
+    return device, arm_a, arm_b, evidence
+
+
+def require_arm(cfg: Config, name: str, device: torch.device) -> Any:
+    """Arm ``name`` on ``device``, available on this host, else ``InputError`` naming the arm and the host."""
+    from .kernels.registry import get
+
+    arm = get(name, device)
+    ok, why = arm.available()
+    if not ok:
+        raise InputError(f"arm {name} on {device} ({_origin(cfg)}) cannot run on host {host()}: {why}; "
+                         "nothing is substituted")
+    return arm
