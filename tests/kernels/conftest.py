@@ -4,11 +4,10 @@ Accumulator: int64 matmul on CPU, int32 wrap by ``remainder``. Each float32 mult
 exact float64 product (24-bit x 24-bit significands fit in 53 bits) rounded once to float32, which
 is what IEEE float32 multiplication means; the bf16 rounding is torch's own CPU cast (round to
 nearest even) for every number. torch's cast does not keep NaN bits (its CPU cast gives 0xFFFF for
-every NaN), so a NaN is rounded here by the project's rule, written out on the float32 bits: sign
-and leading payload bits kept, quiet bit set. So nothing here shares code with the arms under test.
-
-The NaN an invalid operation (inf * 0) creates is whatever the executing hardware's default NaN is:
-this reference does its multiplies on the CPU, so it compares with arms that ran on the CPU.
+every NaN), and the kernels' NaN is not the CPU's: an NVIDIA GPU's float32 multiply returns the
+canonical NaN 0x7FFFFFFF whatever the operands (x86 gives 0xFFC00000 for inf * 0), which rounds to
+bf16 0x7FFF under the project's rule (sign and leading payload bits kept, quiet bit set). So every
+NaN of the reference is 0x7FFF, written out here. Nothing here shares code with the arms under test.
 """
 
 from __future__ import annotations
@@ -35,10 +34,9 @@ def reference_output(a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_
     out = y.to(torch.bfloat16)
     nan = torch.isnan(y)
     if bool(nan.any()):
-        f32_bits = y.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-        nan_bits = (f32_bits >> 16) | 0x0040  # sign, exponent and the leading 7 payload bits; quiet bit set
+        gpu_nan_bf16 = (0x7FFFFFFF >> 16) | 0x0040  # the GPU's canonical NaN, rounded: 0x7FFF
         bits = out.view(torch.int16).to(torch.int64) & 0xFFFF
-        bits = torch.where(nan, nan_bits, bits)
+        bits = torch.where(nan, torch.full_like(bits, gpu_nan_bf16), bits)
         out = torch.where(bits >= 0x8000, bits - 0x10000, bits).to(torch.int16).view(torch.bfloat16)
     return out
 

@@ -65,7 +65,10 @@ CHILD = textwrap.dedent(r'''
         y, e = tri.scaled_mm(a_q, w_q, s_a, s_w), ref.scaled_mm(a_q, w_q, s_a, s_w)
         acc_equal = torch.equal(tri.accumulator(a_q, w_q), ref.accumulator(a_q, w_q))
         out["cases"][name] = {
-            "bits_equal": torch.equal(y.view(torch.int16), e.view(torch.int16)),
+            # NaN bits: the interpreter multiplies on this CPU (x86 makes 0xFFC00000 for inf*0),
+            # the emulation gives the GPU's canonical NaN; the GPU tests compare NaN bits for real.
+            "bits_equal": torch.equal(torch.isnan(y), torch.isnan(e))
+                          and torch.equal(y.view(torch.int16)[~torch.isnan(e)], e.view(torch.int16)[~torch.isnan(e)]),
             "accumulator_equal": acc_equal,
             "nan": int(torch.isnan(e).sum()), "inf": int(torch.isinf(e).sum()),
             "subnormal": int(((e.view(torch.int16) & 0x7F80) == 0).sum() - (e == 0).sum()),

@@ -8,8 +8,11 @@ saturate instead, at every accumulation step, which no order-free emulation can 
 ``validate_gpu`` records it. vLLM's CUTLASS
 kernel computes ``bf16_rne(s_a · (s_w · f32(acc)))``, its Triton kernel
 ``bf16_rne(s_w · (s_a · f32(acc)))``. Each multiply here is one IEEE float32 multiply on the
-device, and the bf16 rounding is decided on integer bits (``arith.bf16_round``), so CPU and GPU
-give the same bits, NaNs included.
+device, and the bf16 rounding is decided on integer bits (``arith.bf16_round``). NaN is the one
+place where devices disagree: x86 makes 0xFFC00000 for inf·0 and keeps operand payloads, while an
+NVIDIA GPU's float32 multiply returns the canonical NaN 0x7FFFFFFF whatever the operands (measured
+on an H200, emulation and real kernels). The emulation gives every NaN product the GPU's bits, so
+CPU and GPU give the same bits, NaNs included, and they are the kernels' bits.
 """
 
 from __future__ import annotations
@@ -31,7 +34,13 @@ def epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor, order: Epi
         y = s_a[:, None] * (s_w[None, :] * acc_f32)
     else:
         y = s_w[None, :] * (s_a[:, None] * acc_f32)
+    y = torch.where(torch.isnan(y), _gpu_nan(y.device), y)
     return bf16_round(y, "rne")
+
+
+def _gpu_nan(device: torch.device) -> torch.Tensor:
+    """The canonical NaN an NVIDIA GPU's float32 multiply returns (bits 0x7FFFFFFF)."""
+    return torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=device).view(torch.float32)
 
 
 def kernel_accumulator(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
