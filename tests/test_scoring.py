@@ -9,8 +9,8 @@ import pytest
 
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import load
-from int8alibi.scoring import (NOT_APPLICABLE, UNOBSERVABLE, cells_table, detection, outcome, score, scorecard,
-                               ulp_distribution)
+from int8alibi.scoring import (NOT_APPLICABLE, STATED, UNOBSERVABLE, cells_table, definition_scores, detection,
+                               outcome, score, scorecard, ulp_distribution)
 
 PROTOCOL = load(Path(__file__).resolve().parents[1] / "preregistration")
 MATRICES = {m: PROTOCOL.matrix(m) for m in ("corrected", "original")}
@@ -89,7 +89,8 @@ def scored_frame() -> pd.DataFrame:
 
 
 def test_scorecard_counts_rates_and_denominators() -> None:
-    card = scorecard(scored_frame()).set_index(["matrix", "check"])
+    scores = definition_scores(scored_frame(), [STATED], MATRICES, ulp_tolerance=1)
+    card = scorecard(scores).set_index(["matrix", "check"])
     six = card.loc[("corrected", 6)]
     # F4-one x6 TN (2), F1 x6: L0 TN, L1 FP; F8 unobservable (2); F9 x6 not applicable (2).
     assert (six.tp, six.fn, six.fp, six.tn) == (0, 0, 1, 3)
@@ -105,7 +106,7 @@ def test_scorecard_counts_rates_and_denominators() -> None:
 
 
 def test_detection_splits_f4_by_regime_and_lists_the_checks_that_fired() -> None:
-    table = detection(scored_frame()).set_index(["fault", "regime"])
+    table = detection(scored_frame()).drop(columns="definition").set_index(["fault", "regime"])
     assert set(table.index) == {("F1", "both"), ("F4", "own"), ("F4", "pow2"), ("F6", "both"), ("F8", "both"),
                                 ("F9", "both")}
     assert table.loc[("F4", "pow2")].tolist() == [2, 1, 1, "5"]

@@ -17,7 +17,8 @@ from int8alibi.stages import faults as stage
 
 from .conftest import PROJECT, small_layers
 
-TABLES = ("cells.parquet", "scorecard.parquet", "detection.parquet", "ulp_distribution.parquet")
+TABLES = ("cells.parquet", "scorecard.parquet", "detection.parquet", "flips.parquet", "totals.parquet",
+          "decisions.parquet", "ulp_distribution.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def test_writes_every_table_and_a_manifest(full_run: Path) -> None:
     assert manifest["params"]["layers"] == "0:"
     assert manifest["extra"]["cells"] == 3 * 42
     assert manifest["arms"][0]["is_emulation"] is True
-    assert {r["name"] for r in manifest["outputs"]} == {"cells", "scorecard", "detection", "ulp_distribution"}
+    assert {r["name"] for r in manifest["outputs"]} == {"cells", "scorecard", "detection", "flips", "totals",
+                                                        "decisions", "ulp_distribution"}
 
 
 def test_a_second_run_gives_byte_identical_tables(full_run: Path, operand_dir: Path, cfg, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ factors, checks must refer to thresholds that exist, the cells per layer must fo
 fault list, both prediction matrices must cover every fault and match their declared counts,
 the corrected matrix may differ from the original only in disclosed corrections, and the token
 analysis must use the campaign's regimes, fit inside analysis.yaml's windows and predict every
-injection cell exactly once.
+injection cell exactly once; paper.yaml's stated definition must be the reading rule and its claims
+must cite listed papers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _SCHEMAS = {
     pins.PREDICTIONS_ORIGINAL: "predictions.schema.yaml",
     pins.PREDICTIONS_CORRECTED: "predictions.schema.yaml",
     pins.TOKENS: "tokens.schema.yaml",
+    pins.PAPER: "paper.schema.yaml",
 }
 
 
@@ -46,6 +48,7 @@ class Protocol:
     analysis: Mapping[str, Any]
     matrices: Mapping[str, PredictionMatrix]
     tokens: Mapping[str, Any]
+    paper: Mapping[str, Any]
 
     def fault_info(self) -> dict[str, FaultInfo]:
         """Fault id -> the severities it runs (catalogue order) and whether it is a defect."""
@@ -187,6 +190,25 @@ def _verify_tokens(t: Mapping[str, Any], analysis: Mapping[str, Any], faults: Ma
                             f"repeated {duplicated[:3]}")
 
 
+def _verify_paper(p: Mapping[str, Any]) -> None:
+    from ..scoring import STATED, Definition
+
+    stated = Definition.from_protocol("stated", p["definitions"]["stated"], pins.PAPER)
+    Definition.from_protocol("paper", p["definitions"]["paper"], pins.PAPER)
+    if stated != STATED:
+        raise ProtocolError(f"{pins.PAPER}: definition 'stated' must be analysis.yaml's reading rule "
+                            f"({STATED.matrices}, {STATED.counted}, {STATED.check6}), found {stated}")
+    ids = [c["id"] for c in p["claims"]]
+    if len(set(ids)) != len(ids):
+        raise ProtocolError(f"{pins.PAPER}: claim ids are not unique: {sorted({i for i in ids if ids.count(i) > 1})}")
+    for claim in p["claims"]:
+        if claim["paper"] not in p["papers"]:
+            raise ProtocolError(f"{pins.PAPER}: claim {claim['id']} cites paper {claim['paper']!r}, "
+                                f"which `papers` does not list")
+        if claim["kind"] == "structural" and claim["unit"] not in ("verdict", "counts"):
+            raise ProtocolError(f"{pins.PAPER}: structural claim {claim['id']} must have unit verdict or counts")
+
+
 def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     """Read, schema-validate and cross-check every protocol file under ``root`` (preregistration/)."""
     root = Path(root)
@@ -213,6 +235,7 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
         matrices[name] = parse_matrix(data[rel], source, info, layer_na, len(checks))
     verify_corrections(matrices["original"], matrices["corrected"])
     _verify_tokens(data[pins.TOKENS], data[pins.ANALYSIS], faults)
+    _verify_paper(data[pins.PAPER])
     return Protocol(
         root=root,
         faults=faults,
@@ -221,4 +244,5 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
         analysis=data[pins.ANALYSIS],
         matrices=matrices,
         tokens=data[pins.TOKENS],
+        paper=data[pins.PAPER],
     )

@@ -25,11 +25,13 @@ ANALYSIS = f"{PROTOCOL_DIR}/analysis.yaml"
 PREDICTIONS_ORIGINAL = f"{PROTOCOL_DIR}/predictions-original.yaml"
 PREDICTIONS_CORRECTED = f"{PROTOCOL_DIR}/predictions-corrected.yaml"
 TOKENS = f"{PROTOCOL_DIR}/tokens.yaml"
+PAPER = f"{PROTOCOL_DIR}/paper.yaml"
 
 PROTOCOL_FILES: tuple[str, ...] = (
     ANALYSIS,
     CHECKS,
     FAULTS,
+    PAPER,
     PREDICTIONS_CORRECTED,
     PREDICTIONS_ORIGINAL,
     THRESHOLDS,
@@ -53,11 +55,12 @@ STAGE_FILES: dict[str, list[str]] = {
         "predictions-original.yaml",
         "predictions-corrected.yaml",
         "analysis.yaml",
+        "paper.yaml",
     ],
     "determinism": ["analysis.yaml"],
     "perplexity": ["analysis.yaml"],
     "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
-    "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml"],
+    "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
 }
 
 

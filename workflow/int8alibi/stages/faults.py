@@ -2,8 +2,10 @@
 
 Every captured layer (checkpoint ``own``, prefill) runs 42 cells (9 faults x severities x 2 scale
 regimes), each evaluated by the 7 checks and scored under the corrected and the original matrix.
-Writes cells.parquet (one row per cell x check), scorecard.parquet, detection.parquet,
-ulp_distribution.parquet and manifest.json.
+Writes cells.parquet (one row per cell x check), scorecard.parquet, detection.parquet, flips.parquet
+and totals.parquet under both scoring definitions (paper.yaml: the stated rule and the papers'
+figures), decisions.parquet (analysis.yaml's decision rules evaluated), ulp_distribution.parquet and
+manifest.json.
 
 ``--param layers=N`` runs the first N layers (the smoke target); ``--param layer_range=A:B`` runs
 a shard, and ``python -m int8alibi.stages.faults gather --shard DIR ...`` concatenates shards
@@ -31,9 +33,13 @@ from ..kernels.base import arm_evidence
 from ..protocol import load
 from ..provenance.manifest import load_manifest, write_manifest
 from ..provenance.parquet import read_table, write_table
-from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, MATRICES, SCORECARD_KEY,
-                       SCORECARD_SCHEMA, ULP_KEY, ULP_SCHEMA, cells_table, detection, score, scorecard,
-                       ulp_distribution)
+from ..decisions import DECISIONS_KEY, DECISIONS_SCHEMA
+from ..decisions import evaluate as evaluate_decisions
+from ..protocol import Protocol
+from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, FLIPS_KEY, FLIPS_SCHEMA, MATRICES,
+                       REVERTED, SCORECARD_KEY, SCORECARD_SCHEMA, TOTALS_KEY, TOTALS_SCHEMA, ULP_KEY, ULP_SCHEMA,
+                       Definition, cells_table, definition_scores, detection, flips, reverted_matrix, score,
+                       scorecard, totals, ulp_distribution)
 from . import stage_main
 
 log = logging.getLogger("int8alibi.faults")
@@ -42,6 +48,9 @@ TABLES = {
     "cells": ("cells.parquet", CELLS_SCHEMA, CELLS_KEY),
     "scorecard": ("scorecard.parquet", SCORECARD_SCHEMA, SCORECARD_KEY),
     "detection": ("detection.parquet", DETECTION_SCHEMA, DETECTION_KEY),
+    "flips": ("flips.parquet", FLIPS_SCHEMA, FLIPS_KEY),
+    "totals": ("totals.parquet", TOTALS_SCHEMA, TOTALS_KEY),
+    "decisions": ("decisions.parquet", DECISIONS_SCHEMA, DECISIONS_KEY),
     "ulp_distribution": ("ulp_distribution.parquet", ULP_SCHEMA, ULP_KEY),
 }
 # Manifest params that every shard of one campaign must share (all but the layer selection).
@@ -68,9 +77,20 @@ def reference_evidence(device: torch.device) -> dict[str, object]:
     )
 
 
-def write_tables(out_dir: Path, cells: pd.DataFrame) -> dict[str, Path]:
-    """Write the cells table and the three tables derived from it; return name -> path."""
-    frames = {"cells": cells, "scorecard": scorecard(cells), "detection": detection(cells),
+def scored_by_definition(cells: pd.DataFrame, protocol: Protocol) -> pd.DataFrame:
+    """The cells scored under every registered definition (paper.yaml) and its two matrices."""
+    definitions = [Definition.from_protocol(name, entry) for name, entry in protocol.paper["definitions"].items()]
+    matrices = {m: protocol.matrix(m) for m in MATRICES}
+    matrices[REVERTED] = reverted_matrix(matrices["corrected"])
+    return definition_scores(cells, definitions, matrices, int(protocol.thresholds["ulp_tolerance"]))
+
+
+def write_tables(out_dir: Path, cells: pd.DataFrame, protocol: Protocol) -> dict[str, Path]:
+    """Write the cells table and the tables derived from it; return name -> path."""
+    scores = scored_by_definition(cells, protocol)
+    frames = {"cells": cells, "scorecard": scorecard(scores), "detection": detection(scores),
+              "flips": flips(scores), "totals": totals(scores),
+              "decisions": evaluate_decisions(scores, protocol.analysis["decision_rules"]),
               "ulp_distribution": ulp_distribution(cells)}
     written = {}
     for name, (file, schema, key) in TABLES.items():
@@ -86,7 +106,7 @@ def _summary(cells: pd.DataFrame) -> dict[str, Any]:
 
 def run(cfg: Config, out_dir: Path, *, operands: Path, layers: str | int | None = None,
         layer_range: str | None = None, project_root: str | Path = ".") -> None:
-    """Run the campaign on the selected layers of ``operands`` and write the four tables + manifest."""
+    """Run the campaign on the selected layers of ``operands`` and write its tables + manifest."""
     root = Path(project_root)
     protocol = load(root / "preregistration")
     settings = CampaignSettings.from_protocol(protocol)
@@ -96,7 +116,7 @@ def run(cfg: Config, out_dir: Path, *, operands: Path, layers: str | int | None 
     rows = run_campaign(selection.apply(source.layers()), settings, device,
                         total=selection.count(source.layer_count()))
     cells = cells_table(score(rows, {m: protocol.matrix(m) for m in MATRICES}, cfg.exploratory))
-    outputs = write_tables(Path(out_dir), cells)
+    outputs = write_tables(Path(out_dir), cells, protocol)
     summary = _summary(cells)
     log.info("faults: %(cells)d cells on %(layers)d layers, %(observable_cells)d observable", summary)
     write_manifest(
@@ -141,7 +161,7 @@ def gather(cfg: Config, out_dir: Path, shards: Sequence[Path], project_root: str
                 raise InputError(f"{shard}: layer {layer!r} is also in shard {seen[layer]}")
             seen[layer] = shard
     cells = cells_table(pd.concat(frames, ignore_index=True))
-    outputs = write_tables(Path(out_dir), cells)
+    outputs = write_tables(Path(out_dir), cells, load(Path(project_root) / "preregistration"))
     summary = _summary(cells)
     write_manifest(
         out_dir, stage="faults", outputs=outputs, inputs=inputs,
