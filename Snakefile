@@ -22,6 +22,15 @@ include: "workflow/rules/tokens.smk"
 include: "workflow/rules/report.smk"
 
 
+# Light jobs run where snakemake runs, never through a cluster's scheduler (with sharded faults, the
+# gather is local too: faults.smk).
+localrules:
+    all,
+    protocol,
+    determinism,
+    report,
+
+
 rule all:
     input:
         final_targets(),

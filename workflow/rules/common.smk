@@ -1,6 +1,7 @@
 # Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
-# (expanded, resolved once), the digests that decide reruns, helpers.
-# No stage logic lives here: rules call int8alibi.stages.<stage>.
+# (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
+# use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
+import re
 import sys
 from pathlib import Path
 
@@ -85,14 +86,41 @@ def protocol_files(stage):
 
 
 def stage_cmd(stage, out, extra=""):
-    """The one-line call a rule makes: relative paths only, `python` from PATH (set above)."""
+    """The one-line command of a stage; relative paths only, `python` from PATH (set above)."""
     return f"python -m int8alibi.stages.{stage} --config {RUN_CONFIG} --out {out} {extra}".rstrip()
 
 
-# What the report reads (and so what rule all builds): every stage's manifest.
+# What the report reads (and so the target of `all`): every stage's manifest.
 STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "perplexity", "tokens"]
 REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
 
 
 def final_targets():
     return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html"]
+
+
+def software_env(gpu_capable=False):
+    """The conda environment file (for `--sdm conda`, see envs/README.md) that a job runs in.
+
+    The GPU set for a GPU-capable stage when the run's resolved device is CUDA, else the CPU lock;
+    the path is relative to the rule files."""
+    return "../../envs/gpu.yaml" if gpu_capable and use_gpu(RUN) else "../../envs/cpu.yaml"
+
+
+def faults_shard_dirs(wildcards):
+    """The fault campaign's layer-range shard folders (config faults_shards > 1), known once capture ran."""
+    index = checkpoints.capture.get().output.index
+    return [f"{RESULTS}/faults/shards/{a}_{b}" for a, b in shard_ranges(index, int(config["faults_shards"]))]
+
+
+def faults_shard_manifests(wildcards):
+    return [f"{d}/manifest.json" for d in faults_shard_dirs(wildcards)]
+
+
+def faults_shard_args(wildcards):
+    return " ".join(f"--shard {d}" for d in faults_shard_dirs(wildcards))
+
+
+# `arm` names one of the two arms this run resolved to (results/.run/config.yaml, block resolved).
+wildcard_constraints:
+    arm="|".join(re.escape(arm) for arm in ARMS),

@@ -21,6 +21,8 @@ rule compare:
     resources:
         mem_mb=8000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd(
             "compare",

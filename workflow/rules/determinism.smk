@@ -26,6 +26,8 @@ rule generate:
     resources:
         mem_mb=8000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd(
             "generate",
@@ -56,9 +58,13 @@ rule determinism:
         env=ENVIRONMENT,
     log:
         f"{LOGS}/determinism.log",
+    benchmark:
+        f"{BENCHMARKS}/determinism.tsv"
     threads: 1
     resources:
         mem_mb=2000,
+    conda:
+        software_env()
     shell:
         stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={RESULTS}/determinism/runs")
         + " 2> {log}"

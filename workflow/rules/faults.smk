@@ -25,16 +25,17 @@ if int(config.get("faults_shards", 1)) <= 1:
         resources:
             mem_mb=8000,
             gpu=use_gpu(RUN),
+        conda:
+            software_env(gpu_capable=True)
         shell:
             stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log}"
 
 else:
-    # Scatter/gather for a cluster: layer ranges run as separate jobs, then one gather writes the
-    # campaign's tables (byte-identical to a single run: rows are sorted by key on write).
-
-    def faults_shard_dirs(wildcards):
-        index = checkpoints.capture.get().output.index
-        return [f"{RESULTS}/faults/shards/{a}_{b}" for a, b in shard_ranges(index, int(config["faults_shards"]))]
+    # Scatter/gather for a cluster: layer ranges run as separate jobs (faults_shard_dirs in
+    # common.smk), then one gather writes the campaign's tables (byte-identical to a single run: rows
+    # are sorted by key on write). The gather only merges tables: it runs where snakemake runs.
+    localrules:
+        faults,
 
     rule faults_shard:
         input:
@@ -57,6 +58,8 @@ else:
         resources:
             mem_mb=8000,
             gpu=use_gpu(RUN),
+        conda:
+            software_env(gpu_capable=True)
         shell:
             stage_cmd(
                 "faults",
@@ -66,7 +69,7 @@ else:
 
     rule faults:
         input:
-            shards=lambda wc: [f"{d}/manifest.json" for d in faults_shard_dirs(wc)],
+            shards=faults_shard_manifests,
         output:
             cells=f"{RESULTS}/faults/cells.parquet",
             scorecard=f"{RESULTS}/faults/scorecard.parquet",
@@ -75,13 +78,17 @@ else:
             manifest=f"{RESULTS}/faults/manifest.json",
         params:
             code=code_digest("faults"),
-            shards=lambda wc: " ".join(f"--shard {d}" for d in faults_shard_dirs(wc)),
+            shards=faults_shard_args,
             env=ENVIRONMENT,
         log:
             f"{LOGS}/faults_gather.log",
+        benchmark:
+            f"{BENCHMARKS}/faults_gather.tsv"
         threads: 1
         resources:
             mem_mb=8000,
+        conda:
+            software_env()
         shell:
             f"python -m int8alibi.stages.faults gather --config {RUN_CONFIG} "
             f"--out {RESULTS}/faults {{params.shards}} 2> {{log}}"
@@ -104,10 +111,14 @@ rule faults_smoke:
         env=ENVIRONMENT,
     log:
         f"{LOGS}/faults_smoke.log",
+    benchmark:
+        f"{BENCHMARKS}/faults_smoke.tsv"
     threads: 2
     resources:
         mem_mb=4000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd(
             "faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2"

@@ -20,5 +20,7 @@ rule model:
     threads: 2
     resources:
         mem_mb=16000,
+    conda:
+        software_env()
     shell:
         stage_cmd("model", f"{RESULTS}/model") + " 2> {log}"

@@ -22,5 +22,7 @@ rule perplexity:
     resources:
         mem_mb=16000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd("perplexity", f"{RESULTS}/perplexity", "--input gate={input.gate}") + " 2> {log}"

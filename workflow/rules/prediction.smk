@@ -17,5 +17,7 @@ rule prediction:
     resources:
         mem_mb=8000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log}"

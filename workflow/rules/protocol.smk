@@ -11,8 +11,12 @@ rule protocol:
         env=ENVIRONMENT,
     log:
         f"{LOGS}/protocol.log",
+    benchmark:
+        f"{BENCHMARKS}/protocol.tsv"
     threads: 1
     resources:
         mem_mb=1000,
+    conda:
+        software_env()
     shell:
         stage_cmd("protocol", f"{RESULTS}/protocol") + " 2> {log}"

@@ -12,8 +12,12 @@ rule report:
         env=ENVIRONMENT,
     log:
         f"{LOGS}/report.log",
+    benchmark:
+        f"{BENCHMARKS}/report.tsv"
     threads: 1
     resources:
         mem_mb=2000,
+    conda:
+        software_env()
     shell:
         stage_cmd("report", f"{RESULTS}/report", f"--input results={RESULTS}") + " 2> {log}"

@@ -20,5 +20,7 @@ rule requant:
     threads: 2
     resources:
         mem_mb=16000,
+    conda:
+        software_env()
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent}") + " 2> {log}"

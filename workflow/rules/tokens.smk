@@ -24,6 +24,8 @@ rule tokens:
     resources:
         mem_mb=16000,
         gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
     shell:
         stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
         + " 2> {log}"
