@@ -148,7 +148,7 @@ def test_d1_is_evaluated_with_its_evidence(scores: pd.DataFrame) -> None:
     table = decisions.evaluate(scores, PROTOCOL.analysis["decision_rules"]).set_index(["rule", "definition"])
     d1 = table.loc[("D1", "stated")]
     assert not d1.triggered and d1.caught_cells == 494
-    assert d1.caught_by == "F4: 494 cells (check 5)"
+    assert d1.caught_by == "F4: 494 cells (check 5)" and d1.faults == "F1, F2, F3, F4, F5"
     assert d1.verdict.startswith("condition not met")
 
 

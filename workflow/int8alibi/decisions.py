@@ -72,7 +72,7 @@ def evaluate(scores: pd.DataFrame, rules: Sequence[Mapping[str, Any]]) -> pd.Dat
             verdict = ("condition met: no check caught any of these faults, the claim narrows" if triggered else
                        "condition not met: a check caught some of these faults, the claim stands")
             records.append({
-                "rule": rule["id"], "definition": definition, "faults": ",".join(rule["faults"]),
+                "rule": rule["id"], "definition": definition, "faults": ", ".join(rule["faults"]),
                 "cells": len(per_cell), "counted_cells": int(per_cell["counted"].sum()), "caught_cells": caught,
                 "caught_by": evidence(rows), "triggered": triggered, "verdict": verdict,
                 "consequence": _normalise(rule["consequence"]) if triggered else "none: the claim is not narrowed",

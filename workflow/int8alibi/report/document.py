@@ -1,6 +1,11 @@
 """A report as a list of blocks rendered twice: Markdown (figures as sibling SVG files) and one
 self-contained HTML file (figures inline). Each table and figure carries its source: the Parquet
-file it was read from and that file's SHA-256."""
+file it was read from and that file's SHA-256.
+
+Tables keep their frames' raw column names (what a reader finds in the Parquet file) and are shown
+with human labels (``LABELS``) and formatted numbers: rates as percents, counts with thousands
+separators. The HTML page fits a 1280 px window: long cells wrap, a table wider than the page
+scrolls inside its own box, figures scale down."""
 
 from __future__ import annotations
 
@@ -39,6 +44,11 @@ class Table:
     caption: str
     frame: pd.DataFrame
     sources: tuple[Source, ...]
+    labels: tuple[tuple[str, str], ...] = ()  # per-table label overrides (column, label)
+
+    def headers(self) -> list[str]:
+        own = dict(self.labels)
+        return [own.get(str(c), label(str(c))) for c in self.frame.columns]
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,52 @@ class Document:
         self.blocks.extend(blocks)
 
 
-def _cell(value: object) -> str:
+LABELS = {
+    "matrix": "matrix", "definition": "definition", "check": "check", "tp": "TP", "fn": "FN", "fp": "FP",
+    "tn": "TN", "detection_denominator": "TP + FN", "detection_rate": "detection rate",
+    "false_positive_denominator": "FP + TN", "false_positive_rate": "false-positive rate",
+    "excluded_unobservable": "not counted (unobservable)", "not_applicable": "not applicable",
+    "predicted_misses_silent": "predicted misses (silent)", "observable": "counted cells",
+    "detected": "detected", "detected_by": "detected by checks", "layers_identical": "layers identical",
+    "layers_differing": "layers differing", "differing_elements": "differing elements",
+    "differing_per_million": "differing per million", "max_ulp": "max ulp", "nonfinite_a": "non-finite A",
+    "nonfinite_b": "non-finite B", "subnormal_a": "subnormal A", "subnormal_b": "subnormal B",
+    "predicted_bitwise": "predicted bitwise", "prediction_held": "prediction held",
+    "prediction_failed": "prediction failed", "bytes_equal": "byte-equal layers", "differing_int8": "differing int8",
+    "all_pow2": "all scales pow2", "scale_min": "min scale", "scale_max": "max scale", "self_consistent":
+    "self-consistent", "allow_unverified": "unverified allowed", "first_divergence": "first divergence",
+    "earliest_divergence": "earliest divergence", "flip_rate": "flip rate", "flip_rate_low": "flip rate low",
+    "flip_rate_high": "flip rate high", "confident_flips": "confident flips", "differing_positions":
+    "differing positions", "changed_positions": "changed positions", "predicted_miss": "predicted miss",
+    "predicted_observable": "predicted observable", "this_run": "this run", "paper_model": "paper's model",
+    "max_rss_mb": "max RSS (MB)", "caught_cells": "caught cells", "counted_cells": "counted cells",
+    "caught_by": "caught by", "matrix_a": "matrix A", "prediction_a": "prediction A", "matrix_b": "matrix B",
+    "prediction_b": "prediction B", "rows": "cell rows", "flipped": "flipped",
+}
+PERCENT_SUFFIXES = ("_rate", "_rate_low", "_rate_high", "fraction")
+
+
+def label(column: str) -> str:
+    """A column's human label: from ``LABELS``, else its name with spaces."""
+    return LABELS.get(column, column.replace("_", " "))
+
+
+def _cell(value: object, column: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "dtype").kind in "iu"):
+        return f"{int(value):,}"
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "dtype").kind == "f"):
+        number = float(value)
+        if column.endswith(PERCENT_SUFFIXES):
+            return f"{100 * number:.2f}%"
+        if "per_million" in column:
+            return f"{number:.2f}"
+        if number.is_integer() and abs(number) < 1e15:
+            return f"{int(number):,}"
+        return f"{number:,.4g}" if abs(number) >= 1e4 else f"{number:.4g}"
     return str(value)
 
 
@@ -83,10 +134,10 @@ def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
         elif isinstance(block, Paragraph):
             out += [block.text, ""]
         elif isinstance(block, Table):
-            cols = list(block.frame.columns)
-            out += [f"**{block.caption}**", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            cols = [str(c) for c in block.frame.columns]
+            out += [f"**{block.caption}**", "", "| " + " | ".join(block.headers()) + " |", "|" + "---|" * len(cols)]
             for row in block.frame.itertuples(index=False):
-                out.append("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |")
+                out.append("| " + " | ".join(_cell(v, c).replace("|", "\\|") for v, c in zip(row, cols)) + " |")
             out += ["", f"*{_sources(block.sources)}*", ""]
         else:
             file = f"{block.name}.svg"
@@ -96,11 +147,23 @@ def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
 
 
 _STYLE = (
-    "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0;font-size:.85em}"
-    "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}"
-    ".src{color:#666;font-size:.8em}figure{margin:1em 0}"
+    "*{box-sizing:border-box}"
+    "body{font-family:sans-serif;max-width:74em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.35}"
+    ".tw{max-width:100%;overflow-x:auto;margin:.5em 0}"
+    "table{border-collapse:collapse;font-size:.82em;max-width:100%}"
+    "caption{text-align:left;font-weight:bold;padding:.2em 0}"
+    "td,th{border:1px solid #ccc;padding:.2em .45em;text-align:right;vertical-align:top;white-space:nowrap}"
+    "th{background:#f3f3f3;font-weight:600;text-align:left;white-space:normal}"
+    "td.t{text-align:left;white-space:normal;overflow-wrap:break-word;min-width:5em}"
+    ".src{color:#666;font-size:.78em;overflow-wrap:anywhere}figure{margin:1em 0}"
+    "figure svg{max-width:100%;height:auto}p{overflow-wrap:anywhere}"
 )
+
+
+def _td(value: object, column: str) -> str:
+    text = _cell(value, column)
+    numeric = not isinstance(value, str) or text == "—"
+    return f"<td>{escape(text)}</td>" if numeric else f'<td class="t">{escape(text)}</td>'
 
 
 def to_html(doc: Document) -> str:
@@ -114,12 +177,14 @@ def to_html(doc: Document) -> str:
         elif isinstance(block, Paragraph):
             out.append(f"<p>{escape(block.text)}</p>")
         elif isinstance(block, Table):
-            head = "".join(f"<th>{escape(str(c))}</th>" for c in block.frame.columns)
+            cols = [str(c) for c in block.frame.columns]
+            head = "".join(f'<th title="{escape(c)}">{escape(h)}</th>' for c, h in zip(cols, block.headers()))
             rows = "".join(
-                "<tr>" + "".join(f"<td>{escape(_cell(v))}</td>" for v in row) + "</tr>"
+                "<tr>" + "".join(_td(v, c) for v, c in zip(row, cols)) + "</tr>"
                 for row in block.frame.itertuples(index=False)
             )
-            out.append(f"<table><caption>{escape(block.caption)}</caption><tr>{head}</tr>{rows}</table>")
+            out.append(f'<div class="tw"><table><caption>{escape(block.caption)}</caption><tr>{head}</tr>{rows}'
+                       "</table></div>")
             out.append(f'<p class="src">{escape(_sources(block.sources))}</p>')
         else:
             out.append(f'<figure id="{escape(block.name)}">{block.svg}'

@@ -88,6 +88,11 @@ def agreement(t: Tables) -> list[Block]:
     if pred is not None:
         df, psrc = pred
         own = df[(df["phase"] == "prefill")].sort_values(["block", "proj"])
+        if len(df):
+            blocks.append(Paragraph(
+                f"Smallest headroom below 2^24 over every captured layer: {float(df['headroom_bits'].min()):.2f} "
+                f"bits; largest |accumulator|: {int(df['max_abs_acc'].max()):,} "
+                f"({int(len(df)):,} layer captures; {psrc.line()})."))
         if len(own):
             per_block = own.groupby("block")["headroom_bits"].min()
             finite = per_block.replace([np.inf, -np.inf], np.nan)
@@ -100,26 +105,60 @@ def agreement(t: Tables) -> list[Block]:
     return blocks
 
 
+def _definition_caption(name: str) -> str:
+    return {"stated": "stated rule (analysis.yaml)", "paper": "paper-figure definition (paper.yaml)"}.get(name, name)
+
+
 def faults(t: Tables) -> list[Block]:
     blocks: list[Block] = [Heading("Fault campaign")]
     got = t.get("faults/detection.parquet")
     if got is None:
         return blocks + [_missing("faults/detection.parquet")]
     detection, dsrc = got
-    blocks.append(Table("Detection by fault (F4 split by regime)", detection, (dsrc,)))
+    tot = t.get("faults/totals.parquet")
+    if tot is not None:
+        df, tsrc = tot
+        both = df[df["matrix"] == "both"].pivot(index="definition", columns="quantity", values="value")
+        blocks.append(Table("Totals per definition: cells, counted cells, counted epilogue cells no check caught, "
+                            "and cells whose score changes between the definition's two matrices",
+                            both.reset_index().sort_values("definition", ascending=False), (tsrc,)))
+        per = df[df["matrix"] != "both"].pivot(index=["definition", "matrix"], columns="quantity", values="value")
+        blocks.append(Table("TP / FN / FP / TN summed over the checks, per definition and matrix",
+                            per.reset_index()[["definition", "matrix", "tp", "fn", "fp", "tn"]]
+                            .sort_values(["definition", "matrix"], ascending=[False, True]), (tsrc,)))
+    dec = t.get("faults/decisions.parquet")
+    if dec is not None:
+        df, decsrc = dec
+        blocks.append(Table("Decision rules evaluated on the campaign (D1: narrow the claim if no check catches an "
+                            "epilogue fault)", df, (decsrc,)))
+    for definition in sorted(detection["definition"].unique(), reverse=True):
+        part = detection[detection["definition"] == definition].drop(columns="definition")
+        blocks.append(Table(f"Detection by fault (F4 split by regime), {_definition_caption(definition)}", part, (dsrc,)))
     score = t.get("faults/scorecard.parquet")
     if score is not None:
         df, ssrc = score
-        for matrix in sorted(df["matrix"].unique()):
-            blocks.append(Table(f"Scorecard under the {matrix} matrix", df[df["matrix"] == matrix], (ssrc,)))
+        for definition in sorted(df["definition"].unique(), reverse=True):
+            for matrix in df.loc[df["definition"] == definition, "matrix"].unique():
+                part = df[(df["definition"] == definition) & (df["matrix"] == matrix)].drop(
+                    columns=["definition", "matrix"])
+                blocks.append(Table(f"Scorecard, {matrix} matrix, {_definition_caption(definition)}", part, (ssrc,)))
+    fl = t.get("faults/flips.parquet")
+    if fl is not None:
+        df, fsrc = fl
+        blocks.append(Table("Predictions that differ between a definition's two matrices: cell rows and how many "
+                            "change score", df, (fsrc,)))
     ulp = t.get("faults/ulp_distribution.parquet")
     if ulp is not None:
         df, usrc = ulp
-        df = df.assign(bucket=np.where(df["max_ulp"].isna(), "non-finite",
-                                       np.where(df["max_ulp"] <= 0, "0", np.where(df["max_ulp"] <= 1, "1", ">1"))))
-        pivot = df.pivot_table(index="fault", columns="bucket", values="cells", aggfunc="sum", fill_value=0)
-        series = {b: [int(v) for v in pivot[b]] for b in ["0", "1", ">1", "non-finite"] if b in pivot}
-        blocks.append(Figure("ulp", "Max ulp between the arms per cell, by fault",
+        ranges = df.dropna(subset=["max_ulp"]).groupby("fault")["max_ulp"].agg(["min", "max"]).reset_index()
+        ranges.columns = ["fault", "smallest max ulp", "largest max ulp"]
+        blocks.append(Table("Range of the per-cell max ulp between the arms, per fault", ranges, (usrc,)))
+        buckets = svg.ULP_BUCKETS
+        names = [svg.ulp_bucket(v) for v in df["max_ulp"]]
+        pivot = df.assign(bucket=names).pivot_table(index="fault", columns="bucket", values="cells",
+                                                    aggfunc="sum", fill_value=0)
+        series = {b: [int(v) for v in pivot[b]] for b in buckets if b in pivot}
+        blocks.append(Figure("ulp", "Cells by max ulp between the arms, per fault (buckets grow by powers of 16)",
                              svg.stacked_bars("Cells by max ulp (arm A vs arm B)", list(pivot.index), series),
                              (usrc,)))
     cells = t.get("faults/cells.parquet")
@@ -165,14 +204,20 @@ def perplexity(t: Tables) -> list[Block]:
                         summary, (src,)))
     change = summary[(summary["quantity"] == "relative_change_vs_own") & summary["low"].notna()
                      & summary["high"].notna()]
-    if len(change):
-        labels = [str(arm) for arm in change["arm"]]
-        blocks.append(Figure("perplexity", "Point estimates with their bootstrap intervals",
-                             svg.interval_plot("Relative change vs own (interval from the paired bootstrap)", labels,
-                                               change["value"].astype(float).tolist(),
-                                               change["low"].astype(float).tolist(),
-                                               change["high"].astype(float).tolist()),
-                             (src,)))
+    # One panel per scale: the probe's cost (weight-scale mismatch) is orders of magnitude above the
+    # power-of-two arms', which a shared axis would flatten to a point.
+    for name, part in (("perplexity", change[change["arm"] != "probe"]), ("perplexity-probe",
+                                                                         change[change["arm"] == "probe"])):
+        if len(part):
+            labels = [str(arm) for arm in part["arm"]]
+            blocks.append(Figure(name, "Relative change vs own in percent: point estimates with their 90% paired "
+                                       "bootstrap intervals" + (" (the probe, on its own axis)" if name.endswith("probe")
+                                                                else ""),
+                                 svg.interval_plot("Relative perplexity change vs own (%)", labels,
+                                                   (100 * part["value"].astype(float)).tolist(),
+                                                   (100 * part["low"].astype(float)).tolist(),
+                                                   (100 * part["high"].astype(float)).tolist(), unit="%"),
+                                 (src,)))
     return blocks
 
 

@@ -66,7 +66,7 @@ def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[f
             x += w
     legend_y = 36 + len(labels) * ROW
     for j, name in enumerate(names):
-        x = MARGIN_LEFT + j * 110
+        x = MARGIN_LEFT + j * 74
         body.append(f'<rect x="{x}" y="{legend_y}" width="10" height="10" fill="{PALETTE[j % len(PALETTE)]}"/>')
         body.append(f'<text x="{x + 14}" y="{legend_y + 9}" font-size="11">{escape(name)}</text>')
     return _frame(legend_y + 20, title, body)
@@ -114,3 +114,17 @@ def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lo
             body.append(f'<circle cx="{_num(sx(points[i]))}" cy="{_num(y)}" r="4" fill="{PALETTE[3]}"/>')
             body.append(f'<text x="{_num(WIDTH - 80)}" y="{_num(y + 4)}" font-size="11">{escape(_num(points[i]) + unit)}</text>')
     return _frame(40 + len(labels) * ROW, title, body)
+
+
+# Max-ulp buckets that show the real range: bitwise equal, one spacing, then powers of 16.
+ULP_BUCKETS = ["0", "1", "2–15", "16–255", "256–4095", "≥4096", "non-finite"]
+
+
+def ulp_bucket(value: object) -> str:
+    """The bucket of one cell's max ulp (None or NaN: no finite pair)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "non-finite"
+    v = int(value)  # type: ignore[call-overload]
+    if v <= 1:
+        return str(max(v, 0))
+    return "2–15" if v < 16 else "16–255" if v < 256 else "256–4095" if v < 4096 else "≥4096"

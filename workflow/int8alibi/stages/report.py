@@ -1,7 +1,9 @@
 """Stage 10, report: the study's tables and figures as one Markdown and one self-contained HTML file.
 
-Every number comes from a Parquet table under ``results``; every table and figure names its source
-file and SHA-256. Stage wall times come from Snakemake's benchmark files.
+Every number comes from a Parquet table under ``results`` (or a pinned protocol file); every table
+and figure names its source file and SHA-256. The first screen is the findings summary and the
+papers' values beside this run (preregistration/paper.yaml). Stage wall times come from
+Snakemake's benchmark files.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import Config
+from ..protocol import load
 from ..provenance.manifest import write_manifest
-from ..report import document, sections
+from ..report import document, sections, summary
 from . import log, stage_main
 
 
@@ -38,9 +41,14 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     exploratory = _exploratory(results)
     doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
     doc.add(document.Paragraph(
-        f"Model source: {cfg['model']['source']}; size profile: {cfg['size_profile']}; {_resolution(cfg)}; "
+        f"Model: {summary.run_model(cfg)}; size profile: {cfg['size_profile']}; arms: "
+        f"{' vs '.join(cfg.resolved_arms)} on {cfg.resolved_device}; "
         + ("EXPLORATORY run: predictions were not pinned before comparison." if exploratory
            else "predictions pinned before comparison.")))
+    protocol = load(Path("preregistration"))
+    doc.add(*summary.findings(tables, protocol))
+    doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg)))
+    doc.add(document.Heading("This run"), document.Paragraph(f"Model source: {cfg['model']['source']}; {_resolution(cfg)}."))
     for section in sections.SECTIONS:
         doc.add(*section(tables))
     doc.add(*sections.stage_times(tables, benchmarks))
