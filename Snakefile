@@ -20,6 +20,7 @@ include: "workflow/rules/determinism.smk"
 include: "workflow/rules/perplexity.smk"
 include: "workflow/rules/tokens.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/crossmodel.smk"
 
 
 # Light jobs run where snakemake runs, never through a cluster's scheduler (with sharded faults, the
@@ -29,6 +30,7 @@ localrules:
     protocol,
     determinism,
     report,
+    crossmodel,
 
 
 rule all:

@@ -61,6 +61,7 @@ STAGE_FILES: dict[str, list[str]] = {
     "perplexity": ["analysis.yaml"],
     "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
     "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
+    "crossmodel": ["predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
 }
 
 

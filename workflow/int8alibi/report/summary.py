@@ -90,7 +90,7 @@ def _prediction_rows(t: Tables, sources: list[Source]) -> list[dict[str, str]]:
         df, src = got
         sources.append(src)
         held, failed = int(df["prediction_held"].sum()), int(df["prediction_failed"].sum())
-        rows.append(_row("pow2 bitwise", "per-layer predictions (pinned)", "held" if failed == 0 else "failed",
+        rows.append(_row("pow2 bitwise", "per-layer predictions", "held" if failed == 0 else "failed",
                          f"{held:,} layer comparisons predicted bitwise identical under power-of-two scales were; "
                          f"{failed:,} were not."))
     got = t.get("tokens/pairs.parquet")

@@ -1,0 +1,94 @@
+"""Two tiny configs run to the end, gathered by the crossmodel target; the report read in Chromium.
+
+Each config writes its own results folder (``results: results/<name>``); ``snakemake crossmodel
+--config 'crossmodel=[...]'`` sets them side by side. The report of one run is then opened in
+headless Chromium at 1280 px: the page must not scroll sideways, every figure must paint, and the
+first screen must hold the findings and the papers' values beside the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from int8alibi.protocol import load
+
+from ..report.render import render
+from .conftest import SNAKEMAKE, commit_all, copy_project
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+TINY = """\
+model:
+  source: synthetic
+  synthetic: {{preset: tiny, seed: {seed}}}
+size_profile: tiny
+corpus: {{source: synthetic}}
+device: cpu
+arms: auto
+exploratory: true
+results: results/{name}
+"""
+RUNS = {"tiny-a": 0, "tiny-b": 1}
+FIRST_SCREEN_PX = 900
+
+
+def snakemake(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run([str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2"], cwd=repo,
+                            capture_output=True, text=True, timeout=1800, env=env)
+    if result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("crossmodel") / "project")
+    for name, seed in RUNS.items():
+        (repo / "config" / f"{name}.yaml").write_text(TINY.format(name=name, seed=seed))
+    commit_all(repo, "two tiny configs")
+    for name in RUNS:
+        snakemake(repo, "--configfile", f"config/{name}.yaml")
+    snakemake(repo, "crossmodel", "--config", "crossmodel=[" + ",".join(f"results/{n}" for n in RUNS) + "]")
+    return repo
+
+
+def test_crossmodel_sets_every_claim_of_both_runs_side_by_side(two_runs: Path) -> None:
+    folder = two_runs / "results" / "crossmodel"
+    table = pd.read_parquet(folder / "models.parquet")
+    claims = [c["id"] for c in load(two_runs / "preregistration").paper["claims"]]
+    assert sorted(zip(table["claim"], table["run"])) == sorted((c, r) for c in claims for r in RUNS)
+    for name in RUNS:  # each value is the run's own: the campaign size from its own totals table
+        totals = pd.read_parquet(two_runs / "results" / name / "faults" / "totals.parquet")
+        cells = totals[(totals["definition"] == "stated") & (totals["quantity"] == "cells")]["value"].item()
+        row = table[(table["claim"] == "cells") & (table["run"] == name)].iloc[0]
+        assert (row["value"], row["number"]) == (f"{cells:,}", float(cells))
+        assert row["model"] == "synthetic tiny"
+    md = (folder / "models.md").read_text()
+    assert "| claim | paper | definition | tiny-a (synthetic tiny) | tiny-b (synthetic tiny) |" in md
+    verify = subprocess.run([str(BIN / "int8alibi"), "verify", "results"], cwd=two_runs, capture_output=True, text=True)
+    assert verify.returncode == 0 and "0 error" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: Path) -> None:
+    html = two_runs / "results" / "tiny-a" / "report" / "report.html"
+    seen = render(html, tmp_path / "chromium", width=1280, height=FIRST_SCREEN_PX)
+    print(f"\nfirst screen of the report at 1280 px: {seen.screenshot}")
+    assert seen.scroll_width <= seen.client_width, f"the page scrolls sideways: {seen.scroll_width} > {seen.client_width}"
+    figures = {f["id"] for f in seen.figures}
+    assert {"ulp", "detection", "perplexity"} <= figures, figures
+    for figure in seen.figures:
+        assert figure["width"] > 100 and figure["height"] > 40 and figure["marks"] > 2, figure
+        assert figure["right"] <= seen.client_width, figure
+    tops = {h["text"]: h["top"] for h in seen.headings}
+    assert list(tops)[:2] == ["Findings", "The papers' values beside this run"]
+    claims = next(t for t in seen.tables if t["caption"].startswith("Claims:"))
+    assert claims["top"] < FIRST_SCREEN_PX, f"the papers' table starts below the first screen: {claims}"
+    assert seen.screenshot.stat().st_size > 10_000

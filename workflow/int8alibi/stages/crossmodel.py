@@ -1,0 +1,47 @@
+"""The cross-model view: several configs' finished results folders in one table (paper layout).
+
+``--param runs=results/a,results/b`` names the folders (each written by its own config with
+``--config results=results/<name>``). Writes models.parquet (claim x run), models.md, models.html
+and manifest.json.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import Config
+from ..crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, wide
+from ..errors import InputError
+from ..protocol import load
+from ..provenance.atomic import write_bytes
+from ..provenance.hashing import sha256_file
+from ..provenance.manifest import write_manifest
+from ..provenance.parquet import write_table
+from ..report import document
+from . import log, stage_main
+
+
+def run(cfg: Config, out_dir: Path, runs: str = "") -> None:
+    folders = [Path(r) for r in runs.split(",") if r]
+    if not folders:
+        raise InputError("crossmodel: --param runs=<folder>,<folder>,... names no run folder")
+    protocol = load(Path("preregistration"))
+    frame = gather(folders, protocol)
+    out_dir = Path(out_dir)
+    table = write_table(frame, out_dir / "models.parquet", MODELS_SCHEMA, MODELS_KEY)
+    doc = document.Document("int8-alibi: the papers' claims across models")
+    source = document.Source(f"{out_dir.name}/models.parquet", sha256_file(table))
+    view = wide(frame)
+    doc.add(document.Table("Each claim of preregistration/paper.yaml measured in every run (✓ holds, ✗ does not)",
+                           view, (source,), labels=tuple((c, c) for c in view.columns)))
+    md, _ = document.to_markdown(doc)
+    write_bytes(out_dir / "models.md", md.encode())
+    write_bytes(out_dir / "models.html", document.to_html(doc).encode())
+    inputs = {f"{f.name}/report/manifest.json": f / "report" / "manifest.json" for f in folders}
+    write_manifest(out_dir, stage="crossmodel", outputs=[table, out_dir / "models.md", out_dir / "models.html"],
+                   inputs=inputs, params={"runs": [str(f) for f in folders]})
+    log.info("cross-model view of %d runs written", len(folders))
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))

@@ -1,0 +1,30 @@
+# The cross-model view: finished results folders of several configs in one table (paper layout).
+# Each folder is written by its own config (`--config results=results/<name>`); name them with
+#   snakemake crossmodel --config 'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]'
+# A folder that is not a finished run stops the job, naming it.
+
+
+rule crossmodel:
+    input:
+        reports=[f"{run}/report/manifest.json" for run in config.get("crossmodel", [])],
+        protocol=protocol_files("crossmodel"),
+    output:
+        table=f"{RESULTS}/crossmodel/models.parquet",
+        md=f"{RESULTS}/crossmodel/models.md",
+        html=f"{RESULTS}/crossmodel/models.html",
+        manifest=f"{RESULTS}/crossmodel/manifest.json",
+    params:
+        code=code_digest("crossmodel"),
+        env=ENVIRONMENT,
+    log:
+        f"{LOGS}/crossmodel.log",
+    benchmark:
+        f"{BENCHMARKS}/crossmodel.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        software_env()
+    shell:
+        stage_cmd("crossmodel", f"{RESULTS}/crossmodel", "--param runs=" + ",".join(config.get("crossmodel", [])))
+        + " 2> {log}"
