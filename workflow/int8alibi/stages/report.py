@@ -53,7 +53,8 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
         doc.add(*section(tables))
     doc.add(*sections.stage_times(tables, benchmarks))
     written = document.write(doc, out_dir)
-    inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name != "report")
+    # the cross-model view reads reports, never the other way round
+    inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name not in ("report", "crossmodel"))
     write_manifest(out_dir, stage="report", outputs=written, inputs=inputs,
                    params={"results": str(results), "resolved": dict(cfg.resolution or {}) or "not resolved"},
                    exploratory=exploratory)
