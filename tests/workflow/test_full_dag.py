@@ -193,19 +193,41 @@ def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path
     assert changed <= set(readers) | {"report"} and "faults" in changed, diff.stdout
 
 
+def _stage_is_computing(repo: Path, stage: str, marker: str) -> bool:
+    """The stage's process is past its start-up and computing: its log shows ``marker`` (its progress)."""
+    log = repo / "logs" / f"{stage}.log"
+    return log.is_file() and marker in log.read_text(errors="replace")
+
+
+KILL_WAIT_S = 180  # the longest the kill test waits for perplexity to start scoring
+
+
 def test_killed_stage_leaves_nothing_trusted(finished_run: Path) -> None:
+    """Kill Snakemake and its job while perplexity is demonstrably scoring (never before, never after)."""
     shutil.rmtree(finished_run / "results" / "perplexity")
+    (finished_run / "logs" / "perplexity.log").unlink(missing_ok=True)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen([str(SNAKEMAKE), "results/perplexity/summary.parquet", "--profile",
                              "profiles/default", "--cores", "2", "--configfile", "config/test.yaml"],
                             cwd=finished_run, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(8)
+    folder = finished_run / "results" / "perplexity"
+    deadline = time.monotonic() + KILL_WAIT_S
+    started = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        started = _stage_is_computing(finished_run, "perplexity", "score ")
+        if started:
+            break
+        time.sleep(0.05)
+    finished_first = (folder / "manifest.json").exists()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    folder = finished_run / "results" / "perplexity"
+    assert started, f"perplexity never showed progress within {KILL_WAIT_S} s: the kill would test nothing"
+    assert not finished_first, "perplexity finished before the kill: the kill would test nothing"
     # The manifest is written last: without it nothing in the folder verifies or is read downstream.
     assert not (folder / "manifest.json").exists()
+    refused = sh(finished_run, str(BIN / "int8alibi"), "verify", "results", check=False)
+    assert refused.returncode != 0 and "perplexity" in refused.stdout + refused.stderr
     # A hard kill leaves Snakemake's directory lock behind: the documented recovery is --unlock.
     snakemake(finished_run, "--unlock")
     snakemake(finished_run, "results/perplexity/summary.parquet")
