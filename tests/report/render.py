@@ -66,6 +66,6 @@ def render(html: Path, work: Path, width: int = 1280, height: int = 900) -> Rend
         raise AssertionError(f"the probe did not run in {probed}")
     data = json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
     shot = work / "first-screen.png"
-    subprocess.run([*common, f"--screenshot={shot}", html.as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run([*common, f"--screenshot={shot}", html.resolve().as_uri()], check=True, capture_output=True, timeout=120)
     return Rendering(int(data["scrollWidth"]), int(data["clientWidth"]), data["figures"], data["headings"],
                      data["tables"], shot)
