@@ -156,6 +156,124 @@ def cells_table(scored: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+# --- Scoring definitions -----------------------------------------------------------------------
+#
+# The stated rule above is one definition. The papers' own figures follow from another (registered
+# in preregistration/paper.yaml): their "original" matrix is the corrected one with its post-data
+# corrections undone ("reverted"); check 6 is read in both scale regimes; and a cell counts when
+# its fault changed the output or the operands an arm received, so an operand change that leaves
+# every output bit alone (F9's pct rung under own scales) still enters the rates.
+
+COUNT_OUTPUT = "output_changed"
+COUNT_OUTPUT_OR_OPERANDS = "output_or_operands_changed"
+CHECK6_REAL_SCALES = "real_scales"
+CHECK6_BOTH_REGIMES = "both_regimes"
+REVERTED = "reverted"
+ALL_MATRICES = (*MATRICES, REVERTED)
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One scoring definition: which two matrices, which cells count, where check 6 is read."""
+
+    name: str
+    matrices: tuple[str, str]
+    counted: str
+    check6: str
+
+    @classmethod
+    def from_protocol(cls, name: str, entry: Mapping[str, Any], source: str = "paper.yaml") -> "Definition":
+        """Read one entry of paper.yaml's ``definitions``; refuse values this module does not implement."""
+        matrices = tuple(entry["matrices"])
+        if len(matrices) != 2 or any(m not in ALL_MATRICES for m in matrices):
+            raise ProtocolError(f"{source}: definition {name!r} names matrices {list(matrices)}; "
+                                f"expected two of {list(ALL_MATRICES)}")
+        if entry["counted"] not in (COUNT_OUTPUT, COUNT_OUTPUT_OR_OPERANDS):
+            raise ProtocolError(f"{source}: definition {name!r}: counted {entry['counted']!r} is not implemented")
+        if entry["check_6"] not in (CHECK6_REAL_SCALES, CHECK6_BOTH_REGIMES):
+            raise ProtocolError(f"{source}: definition {name!r}: check_6 {entry['check_6']!r} is not implemented")
+        return cls(name, (matrices[0], matrices[1]), entry["counted"], entry["check_6"])
+
+
+# The reading rule of analysis.yaml, as a definition (paper.yaml's `stated` entry must say the same).
+STATED = Definition("stated", ("corrected", "original"), COUNT_OUTPUT, CHECK6_REAL_SCALES)
+
+
+def reverted_matrix(corrected: pd.DataFrame) -> pd.DataFrame:
+    """The corrected matrix with exactly its post-data corrections undone (the papers' "original")."""
+    out = corrected.copy()
+    flagged = out["corrected_post_data"].astype(bool)
+    if out.loc[flagged, "original_prediction"].isna().any():
+        raise ProtocolError("corrected matrix: a post-data correction has no original prediction")
+    out.loc[flagged, "prediction"] = out.loc[flagged, "original_prediction"]
+    out.loc[flagged, "predicted_miss"] = False
+    return out
+
+
+def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int) -> pd.DataFrame:
+    """The cells table as ``definition`` reads it: ``counted``, ``applicable``/``fired`` (check 6 read
+    in both regimes where it says so) and ``hit`` (an applicable check fired)."""
+    out = cells.copy()
+    fired = out["fired"].astype(object)
+    applicable = out["applicable"].astype(bool).copy()
+    if definition.counted == COUNT_OUTPUT:
+        counted = out["observable"].astype(bool)
+    else:
+        one = out[out["check"] == 1].set_index(CELL_KEY)["fired"]
+        changed = one.map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
+        operands = pd.MultiIndex.from_frame(out[CELL_KEY]).map(changed.to_dict())
+        counted = out["observable"].astype(bool) | pd.Series(operands, index=out.index).fillna(False).astype(bool)
+    if definition.check6 == CHECK6_BOTH_REGIMES:
+        # Check 6's verdict where it does not apply (every scale a power of two), read off the recorded
+        # max finite ulp; with a non-finite element the finiteness test is not recorded: stays n/a.
+        ulp = pd.to_numeric(out["max_ulp"], errors="coerce")
+        readable = (out["check"] == 6) & ~applicable & (out["nonfinite"] == 0) & ulp.notna()
+        applicable[readable] = True
+        fired[readable] = [bool(u > ulp_tolerance) for u in ulp[readable]]
+    out["counted"] = counted.to_numpy()
+    out["applicable"] = applicable
+    out["fired"] = fired
+    out["hit"] = applicable & fired.map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
+    return out
+
+
+def outcomes(prediction: pd.Series, counted: pd.Series, applicable: pd.Series, fired: pd.Series) -> np.ndarray:
+    """``outcome`` over whole columns (same reading rule, same refusals)."""
+    pred = prediction.to_numpy(dtype=object)
+    if not set(pred) <= {"fire", "silent", "n/a"}:
+        raise ProtocolError(f"cannot score predictions {sorted(set(pred) - {'fire', 'silent', 'n/a'})}")
+    verdict = fired.map(lambda v: None if v is None or pd.isna(v) else bool(v)).to_numpy(dtype=object)
+    counted_, applicable_ = counted.to_numpy(dtype=bool), applicable.to_numpy(dtype=bool)
+    scored = counted_ & applicable_ & (pred != "n/a")
+    if any(v is None for v in verdict[scored]):
+        raise ProtocolError("cannot score an applicable check without a verdict")
+    fired_ = np.array([bool(v) for v in verdict], dtype=bool) if len(verdict) else np.zeros(0, dtype=bool)
+    table = np.where(pred == "fire", np.where(fired_, "TP", "FN"), np.where(fired_, "FP", "TN"))
+    return np.where(~counted_, UNOBSERVABLE, np.where(scored, table, NOT_APPLICABLE)).astype(object)
+
+
+def definition_scores(cells: pd.DataFrame, definitions: Sequence[Definition], matrices: Mapping[str, pd.DataFrame],
+                      ulp_tolerance: int) -> pd.DataFrame:
+    """One row per definition x its matrix x cell x check: prediction, predicted miss, counted, hit, score."""
+    frames = []
+    for definition in definitions:
+        view = viewed(cells, definition, ulp_tolerance)
+        for name in definition.matrices:
+            if name not in matrices:
+                raise ProtocolError(f"definition {definition.name!r} needs the {name!r} prediction matrix")
+            m = matrices[name][["fault", "severity", "check", "prediction", "predicted_miss"]]
+            joined = view.merge(m, on=["fault", "severity", "check"], how="left", validate="many_to_one")
+            if joined["prediction"].isna().any():
+                first = joined[joined["prediction"].isna()].iloc[0]
+                raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
+                                    f"{first['severity']} check {first['check']}")
+            joined["score"] = outcomes(joined["prediction"], joined["counted"], joined["applicable"], joined["fired"])
+            joined["definition"], joined["matrix"] = definition.name, name
+            frames.append(joined[["definition", "matrix", *CELLS_KEY, "prediction", "predicted_miss", "counted",
+                                  "applicable", "hit", "score"]])
+    return pd.concat(frames, ignore_index=True)
+
+
 def _rate(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
@@ -299,121 +417,3 @@ def ulp_distribution(cells: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(records)
     frame["max_ulp"] = pd.Series([r["max_ulp"] for r in records], dtype=object, index=frame.index)
     return frame
-
-
-# --- Scoring definitions -----------------------------------------------------------------------
-#
-# The stated rule above is one definition. The papers' own figures follow from another (registered
-# in preregistration/paper.yaml): their "original" matrix is the corrected one with its post-data
-# corrections undone ("reverted"); check 6 is read in both scale regimes; and a cell counts when
-# its fault changed the output or the operands an arm received, so an operand change that leaves
-# every output bit alone (F9's pct rung under own scales) still enters the rates.
-
-COUNT_OUTPUT = "output_changed"
-COUNT_OUTPUT_OR_OPERANDS = "output_or_operands_changed"
-CHECK6_REAL_SCALES = "real_scales"
-CHECK6_BOTH_REGIMES = "both_regimes"
-REVERTED = "reverted"
-ALL_MATRICES = (*MATRICES, REVERTED)
-
-
-@dataclass(frozen=True)
-class Definition:
-    """One scoring definition: which two matrices, which cells count, where check 6 is read."""
-
-    name: str
-    matrices: tuple[str, str]
-    counted: str
-    check6: str
-
-    @classmethod
-    def from_protocol(cls, name: str, entry: Mapping[str, Any], source: str = "paper.yaml") -> "Definition":
-        """Read one entry of paper.yaml's ``definitions``; refuse values this module does not implement."""
-        matrices = tuple(entry["matrices"])
-        if len(matrices) != 2 or any(m not in ALL_MATRICES for m in matrices):
-            raise ProtocolError(f"{source}: definition {name!r} names matrices {list(matrices)}; "
-                                f"expected two of {list(ALL_MATRICES)}")
-        if entry["counted"] not in (COUNT_OUTPUT, COUNT_OUTPUT_OR_OPERANDS):
-            raise ProtocolError(f"{source}: definition {name!r}: counted {entry['counted']!r} is not implemented")
-        if entry["check_6"] not in (CHECK6_REAL_SCALES, CHECK6_BOTH_REGIMES):
-            raise ProtocolError(f"{source}: definition {name!r}: check_6 {entry['check_6']!r} is not implemented")
-        return cls(name, (matrices[0], matrices[1]), entry["counted"], entry["check_6"])
-
-
-# The reading rule of analysis.yaml, as a definition (paper.yaml's `stated` entry must say the same).
-STATED = Definition("stated", ("corrected", "original"), COUNT_OUTPUT, CHECK6_REAL_SCALES)
-
-
-def reverted_matrix(corrected: pd.DataFrame) -> pd.DataFrame:
-    """The corrected matrix with exactly its post-data corrections undone (the papers' "original")."""
-    out = corrected.copy()
-    flagged = out["corrected_post_data"].astype(bool)
-    if out.loc[flagged, "original_prediction"].isna().any():
-        raise ProtocolError("corrected matrix: a post-data correction has no original prediction")
-    out.loc[flagged, "prediction"] = out.loc[flagged, "original_prediction"]
-    out.loc[flagged, "predicted_miss"] = False
-    return out
-
-
-def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int) -> pd.DataFrame:
-    """The cells table as ``definition`` reads it: ``counted``, ``applicable``/``fired`` (check 6 read
-    in both regimes where it says so) and ``hit`` (an applicable check fired)."""
-    out = cells.copy()
-    fired = out["fired"].astype(object)
-    applicable = out["applicable"].astype(bool).copy()
-    if definition.counted == COUNT_OUTPUT:
-        counted = out["observable"].astype(bool)
-    else:
-        one = out[out["check"] == 1].set_index(CELL_KEY)["fired"]
-        changed = one.map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
-        operands = pd.MultiIndex.from_frame(out[CELL_KEY]).map(changed.to_dict())
-        counted = out["observable"].astype(bool) | pd.Series(operands, index=out.index).fillna(False).astype(bool)
-    if definition.check6 == CHECK6_BOTH_REGIMES:
-        # Check 6's verdict where it does not apply (every scale a power of two), read off the recorded
-        # max finite ulp; with a non-finite element the finiteness test is not recorded: stays n/a.
-        ulp = pd.to_numeric(out["max_ulp"], errors="coerce")
-        readable = (out["check"] == 6) & ~applicable & (out["nonfinite"] == 0) & ulp.notna()
-        applicable[readable] = True
-        fired[readable] = [bool(u > ulp_tolerance) for u in ulp[readable]]
-    out["counted"] = counted.to_numpy()
-    out["applicable"] = applicable
-    out["fired"] = fired
-    out["hit"] = applicable & fired.map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
-    return out
-
-
-def outcomes(prediction: pd.Series, counted: pd.Series, applicable: pd.Series, fired: pd.Series) -> np.ndarray:
-    """``outcome`` over whole columns (same reading rule, same refusals)."""
-    pred = prediction.to_numpy(dtype=object)
-    if not set(pred) <= {"fire", "silent", "n/a"}:
-        raise ProtocolError(f"cannot score predictions {sorted(set(pred) - {'fire', 'silent', 'n/a'})}")
-    verdict = fired.map(lambda v: None if v is None or pd.isna(v) else bool(v)).to_numpy(dtype=object)
-    counted_, applicable_ = counted.to_numpy(dtype=bool), applicable.to_numpy(dtype=bool)
-    scored = counted_ & applicable_ & (pred != "n/a")
-    if any(v is None for v in verdict[scored]):
-        raise ProtocolError("cannot score an applicable check without a verdict")
-    fired_ = np.array([bool(v) for v in verdict], dtype=bool) if len(verdict) else np.zeros(0, dtype=bool)
-    table = np.where(pred == "fire", np.where(fired_, "TP", "FN"), np.where(fired_, "FP", "TN"))
-    return np.where(~counted_, UNOBSERVABLE, np.where(scored, table, NOT_APPLICABLE)).astype(object)
-
-
-def definition_scores(cells: pd.DataFrame, definitions: Sequence[Definition], matrices: Mapping[str, pd.DataFrame],
-                      ulp_tolerance: int) -> pd.DataFrame:
-    """One row per definition x its matrix x cell x check: prediction, predicted miss, counted, hit, score."""
-    frames = []
-    for definition in definitions:
-        view = viewed(cells, definition, ulp_tolerance)
-        for name in definition.matrices:
-            if name not in matrices:
-                raise ProtocolError(f"definition {definition.name!r} needs the {name!r} prediction matrix")
-            m = matrices[name][["fault", "severity", "check", "prediction", "predicted_miss"]]
-            joined = view.merge(m, on=["fault", "severity", "check"], how="left", validate="many_to_one")
-            if joined["prediction"].isna().any():
-                first = joined[joined["prediction"].isna()].iloc[0]
-                raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
-                                    f"{first['severity']} check {first['check']}")
-            joined["score"] = outcomes(joined["prediction"], joined["counted"], joined["applicable"], joined["fired"])
-            joined["definition"], joined["matrix"] = definition.name, name
-            frames.append(joined[["definition", "matrix", *CELLS_KEY, "prediction", "predicted_miss", "counted",
-                                  "applicable", "hit", "score"]])
-    return pd.concat(frames, ignore_index=True)
