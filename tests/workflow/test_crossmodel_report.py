@@ -77,10 +77,12 @@ def test_crossmodel_sets_every_claim_of_both_runs_side_by_side(two_runs: Path) -
     assert verify.returncode == 0 and "0 error" in verify.stdout, verify.stdout + verify.stderr
 
 
-def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: Path) -> None:
+def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     html = two_runs / "results" / "tiny-a" / "report" / "report.html"
     seen = render(html, tmp_path / "chromium", width=1280, height=FIRST_SCREEN_PX)
-    print(f"\nfirst screen of the report at 1280 px: {seen.screenshot}")
+    with capsys.disabled():  # in the test output even when it passes
+        print(f"\nfirst screen of the report at 1280 px: {seen.screenshot}")
     assert seen.scroll_width <= seen.client_width, f"the page scrolls sideways: {seen.scroll_width} > {seen.client_width}"
     figures = {f["id"] for f in seen.figures}
     assert {"ulp", "detection", "perplexity"} <= figures, figures
