@@ -1,5 +1,3 @@
-FAULT_TABLES = ["cells", "scorecard", "detection", "ulp_distribution"]
-
 
 if int(config.get("faults_shards", 1)) <= 1:
 
@@ -12,6 +10,9 @@ if int(config.get("faults_shards", 1)) <= 1:
             scorecard=f"{RESULTS}/faults/scorecard.parquet",
             detection=f"{RESULTS}/faults/detection.parquet",
             ulp=f"{RESULTS}/faults/ulp_distribution.parquet",
+            flips=f"{RESULTS}/faults/flips.parquet",
+            totals=f"{RESULTS}/faults/totals.parquet",
+            decisions=f"{RESULTS}/faults/decisions.parquet",
             manifest=f"{RESULTS}/faults/manifest.json",
         params:
             code=code_digest("faults"),
@@ -75,6 +76,9 @@ else:
             scorecard=f"{RESULTS}/faults/scorecard.parquet",
             detection=f"{RESULTS}/faults/detection.parquet",
             ulp=f"{RESULTS}/faults/ulp_distribution.parquet",
+            flips=f"{RESULTS}/faults/flips.parquet",
+            totals=f"{RESULTS}/faults/totals.parquet",
+            decisions=f"{RESULTS}/faults/decisions.parquet",
             manifest=f"{RESULTS}/faults/manifest.json",
         params:
             code=code_digest("faults"),
@@ -104,6 +108,9 @@ rule faults_smoke:
         scorecard=f"{RESULTS}/faults_smoke/scorecard.parquet",
         detection=f"{RESULTS}/faults_smoke/detection.parquet",
         ulp=f"{RESULTS}/faults_smoke/ulp_distribution.parquet",
+        flips=f"{RESULTS}/faults_smoke/flips.parquet",
+        totals=f"{RESULTS}/faults_smoke/totals.parquet",
+        decisions=f"{RESULTS}/faults_smoke/decisions.parquet",
         manifest=f"{RESULTS}/faults_smoke/manifest.json",
     params:
         code=code_digest("faults"),
