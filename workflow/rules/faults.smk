@@ -1,4 +1,3 @@
-
 if int(config.get("faults_shards", 1)) <= 1:
 
     rule faults:
