@@ -13,6 +13,7 @@ import pytest
 from int8alibi import workflow_support as ws
 from int8alibi.config import expand_env
 from int8alibi.model.sources import gguf_package_file
+from int8alibi.provenance import environment
 
 
 def run_config(**over) -> dict:
@@ -123,8 +124,8 @@ def test_a_copied_gguf_package_with_the_same_bytes_has_the_same_digest(tmp_path:
 def test_environment_digest_moves_with_a_library_version(monkeypatch: pytest.MonkeyPatch) -> None:
     before = ws.environment_digest()
     assert ws.environment_digest() == before
-    real = ws.metadata.version
-    monkeypatch.setattr(ws.metadata, "version", lambda name: "0.0-other" if name == "pyarrow" else real(name))
+    real = environment.metadata.version
+    monkeypatch.setattr(environment.metadata, "version", lambda name: "0.0-other" if name == "pyarrow" else real(name))
     assert ws.environment_digest() != before
     monkeypatch.undo()
     monkeypatch.setenv("PORTABLE_CPU", "0")  # the portable settings switched off: other bytes

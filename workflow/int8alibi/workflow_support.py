@@ -23,10 +23,10 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .provenance.environment import library_versions
 from .provenance.hashing import sha256_file, stage_code_digest
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
@@ -63,24 +63,13 @@ def use_gpu(config: Mapping[str, Any]) -> int:
     return 1 if resolved.get("device", config.get("device")) == "cuda" else 0
 
 
-def library_versions() -> dict[str, str]:
-    """Installed versions of ``BYTE_LIBRARIES`` (``absent`` when not installed), read without importing them."""
-    out: dict[str, str] = {}
-    for name in BYTE_LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
 def environment_facts() -> dict[str, Any]:
     """What ``environment_digest`` covers: interpreter, library versions, portable CPU settings."""
     from . import portable
 
     return {
         "python": ".".join(map(str, sys.version_info[:3])),
-        "libraries": library_versions(),
+        "libraries": library_versions(BYTE_LIBRARIES),
         "portable": portable.enabled(),
         "pinned_env": {name: os.environ.get(name, "unset") for name in (*portable.PINNED_ENV, "ONEDNN_MAX_CPU_ISA")},
         "forward_threads": portable.FORWARD_THREADS,

@@ -25,10 +25,10 @@ ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES
 NO_GIT = "no git history"
 
 
-def library_versions() -> dict[str, str]:
-    """Installed distribution versions; a library that is not installed is ``"absent"``."""
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
+    """Installed distribution versions of ``names`` (read without importing them); ``"absent"`` if not installed."""
     out: dict[str, str] = {}
-    for name in LIBRARIES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
