@@ -25,10 +25,11 @@ ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES
 NO_GIT = "no git history"
 
 
-def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
-    """Installed distribution versions of ``names`` (read without importing them); ``"absent"`` if not installed."""
+def library_versions(names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Installed distribution versions of ``names`` (default ``LIBRARIES``), read without importing them;
+    ``"absent"`` for one that is not installed."""
     out: dict[str, str] = {}
-    for name in names:
+    for name in LIBRARIES if names is None else names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
