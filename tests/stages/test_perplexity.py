@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from int8alibi.config import Config, load_config
+from int8alibi.config import Config
 from int8alibi.corpus import encode, load_corpus
 from int8alibi.errors import ProtocolError
 from int8alibi.model.sources import load_parent
@@ -20,8 +19,6 @@ from int8alibi.protocol import load
 from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
 from int8alibi.provenance.manifest import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.stages import model as model_stage
-from int8alibi.stages import requant
 from int8alibi.stages.perplexity import ARMS, _gate, analyse
 from int8alibi.stages.perplexity import run as perplexity_stage
 
@@ -185,19 +182,9 @@ def test_gate_threshold_is_strict_at_the_boundary() -> None:
 # End to end on the tiny synthetic model: real model + requant stages, then the perplexity stage twice.
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Path, Path]:
+def scored(tiny_pipeline) -> tuple[Config, Path, Path]:
     """(config, first output folder, second output folder) of two perplexity runs on the tiny model."""
-    tmp = tmp_path_factory.mktemp("tiny-perplexity")
-    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    data.update(model={"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}}, size_profile="tiny",
-                corpus={"source": "synthetic", "path": None}, device="cpu",
-                arms=["exact-cutlass-order", "exact-triton-order"], results=str(tmp / "results"))
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    cfg = load_config(path)
-    model_stage.run(cfg, cfg.results / "model")
-    requant.run(cfg, cfg.results / "requant", parent=cfg.results / "model" / "parent.parquet",
-                protocol=ROOT / "preregistration")
+    _, cfg = tiny_pipeline("tiny-perplexity", ["exact-cutlass-order", "exact-triton-order"])
     outs = (cfg.results / "perplexity-a", cfg.results / "perplexity-b")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(ROOT)
