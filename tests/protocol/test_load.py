@@ -147,7 +147,8 @@ def test_stage_files_name_protocol_files_and_match_the_amendment_schema() -> Non
         assert set(files) <= names, stage
     schema = yaml.safe_load((SCHEMA_DIR / "amendment.schema.yaml").read_text())
     assert set(schema["properties"]["stages"]["items"]["enum"]) == set(STAGE_FILES)
-    assert set(STAGE_FILES["faults"]) == names - {"tokens.yaml"}  # the layer-level campaign reads all but the token analysis
+    # the layer-level campaign reads all but the token analysis and the K sweep
+    assert set(STAGE_FILES["faults"]) == names - {"tokens.yaml", "ksweep.yaml"}
 
 
 # --- malformed files: each error names the file and the reason --------------------------------

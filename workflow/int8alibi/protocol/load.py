@@ -6,7 +6,8 @@ fault list, both prediction matrices must cover every fault and match their decl
 the corrected matrix may differ from the original only in disclosed corrections, and the token
 analysis must use the campaign's regimes, fit inside analysis.yaml's windows and predict every
 injection cell exactly once; paper.yaml's stated definition must be the reading rule and its claims
-must cite listed papers.
+must cite listed papers; ksweep.yaml's grid must ascend, its pairs must use arms of their format and
+its models must include the null (constant) and the saturation model the paper selected.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _SCHEMAS = {
     pins.PREDICTIONS_CORRECTED: "predictions.schema.yaml",
     pins.TOKENS: "tokens.schema.yaml",
     pins.PAPER: "paper.schema.yaml",
+    pins.KSWEEP: "ksweep.schema.yaml",
 }
 
 
@@ -49,6 +51,7 @@ class Protocol:
     matrices: Mapping[str, PredictionMatrix]
     tokens: Mapping[str, Any]
     paper: Mapping[str, Any]
+    ksweep: Mapping[str, Any]
 
     def fault_info(self) -> dict[str, FaultInfo]:
         """Fault id -> the severities it runs (catalogue order) and whether it is a defect."""
@@ -209,6 +212,44 @@ def _verify_paper(p: Mapping[str, Any]) -> None:
             raise ProtocolError(f"{pins.PAPER}: structural claim {claim['id']} must have unit verdict or counts")
 
 
+# Arms that take operands of each format (torch-scaled-mm and the vLLM kernels take e4m3; the
+# project's own cublaslt and triton arms are int8 only).
+KSWEEP_ARMS = {
+    "int8": {"vllm-cutlass", "vllm-triton", "cublaslt", "triton"},
+    "fp8": {"vllm-cutlass", "vllm-triton", "torch-scaled-mm"},
+}
+
+
+def _verify_ksweep(k: Mapping[str, Any]) -> None:
+    grid = k["grid"]["k"]
+    if list(grid) != sorted(grid):
+        raise ProtocolError(f"{pins.KSWEEP}: grid.k must ascend, found {grid}")
+    split = k["models"]["exponent_interval"]["half_split_k"]
+    if split not in grid[1:-1]:
+        raise ProtocolError(f"{pins.KSWEEP}: half_split_k {split} must be an inner point of grid.k {grid}")
+    ids = [p["id"] for p in k["pairs"]]
+    if len(set(ids)) != len(ids):
+        raise ProtocolError(f"{pins.KSWEEP}: pair ids are not unique: {ids}")
+    for pair in k["pairs"]:
+        for arms in (pair["arms"], pair["fallback"] or []):
+            wrong = sorted(set(arms) - KSWEEP_ARMS[pair["format"]])
+            if wrong:
+                raise ProtocolError(f"{pins.KSWEEP}: pair {pair['id']} ({pair['format']}) names arms {wrong} that "
+                                    f"do not take {pair['format']} operands")
+    if {p["format"] for p in k["pairs"]} != {"int8", "fp8"}:
+        raise ProtocolError(f"{pins.KSWEEP}: pairs must cover both formats, int8 and fp8")
+    bins = k["statistics"]["ulp_bins"]
+    if bins[0] != 1 or list(bins) != sorted(bins):
+        raise ProtocolError(f"{pins.KSWEEP}: statistics.ulp_bins must ascend from 1, found {bins}")
+    models = [m["id"] for m in k["models"]["candidates"]]
+    if len(set(models)) != len(models) or not {"constant", "generalized-saturation"} <= set(models):
+        raise ProtocolError(f"{pins.KSWEEP}: models.candidates must be unique and include constant and "
+                            f"generalized-saturation, found {models}")
+    if k["paper"]["fp8"]["best_model"] not in models:
+        raise ProtocolError(f"{pins.KSWEEP}: paper.fp8.best_model {k['paper']['fp8']['best_model']!r} is not a "
+                            f"candidate model")
+
+
 def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     """Read, schema-validate and cross-check every protocol file under ``root`` (preregistration/)."""
     root = Path(root)
@@ -236,6 +277,7 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     verify_corrections(matrices["original"], matrices["corrected"])
     _verify_tokens(data[pins.TOKENS], data[pins.ANALYSIS], faults)
     _verify_paper(data[pins.PAPER])
+    _verify_ksweep(data[pins.KSWEEP])
     return Protocol(
         root=root,
         faults=faults,
@@ -245,4 +287,5 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
         matrices=matrices,
         tokens=data[pins.TOKENS],
         paper=data[pins.PAPER],
+        ksweep=data[pins.KSWEEP],
     )

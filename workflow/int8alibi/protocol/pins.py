@@ -26,11 +26,13 @@ PREDICTIONS_ORIGINAL = f"{PROTOCOL_DIR}/predictions-original.yaml"
 PREDICTIONS_CORRECTED = f"{PROTOCOL_DIR}/predictions-corrected.yaml"
 TOKENS = f"{PROTOCOL_DIR}/tokens.yaml"
 PAPER = f"{PROTOCOL_DIR}/paper.yaml"
+KSWEEP = f"{PROTOCOL_DIR}/ksweep.yaml"
 
 PROTOCOL_FILES: tuple[str, ...] = (
     ANALYSIS,
     CHECKS,
     FAULTS,
+    KSWEEP,
     PAPER,
     PREDICTIONS_CORRECTED,
     PREDICTIONS_ORIGINAL,
@@ -60,8 +62,11 @@ STAGE_FILES: dict[str, list[str]] = {
     "determinism": ["analysis.yaml"],
     "perplexity": ["analysis.yaml"],
     "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
-    "report": ["analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
+    "report": [
+        "analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml", "ksweep.yaml",
+    ],
     "crossmodel": ["predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
+    "ksweep": ["ksweep.yaml"],
 }
 
 
