@@ -145,3 +145,86 @@ def test_failed_model_stage_leaves_no_partial_output(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         stage.run(_cfg(tmp_path), out)
     assert list(out.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- strict loading
+
+
+@pytest.fixture(scope="module")
+def good_parent(tmp_path_factory) -> Path:
+    return _save(build_synthetic("tiny", 0, vocab_size=64), tmp_path_factory.mktemp("strict") / "good")
+
+
+def _broken(good: Path, dest: Path, edit) -> Path:
+    """A copy of ``good`` whose state dict ``edit`` changed in place."""
+    import shutil
+
+    shutil.copytree(good, dest)
+    state = load_file(good / "model.safetensors")
+    edit(state)
+    save_file(state, dest / "model.safetensors", metadata={"format": "pt"})
+    return dest
+
+
+UP = "model.layers.0.mlp.up_proj.weight"
+
+
+def test_hf_parent_missing_a_tensor_is_refused(good_parent: Path, tmp_path: Path):
+    broken = _broken(good_parent, tmp_path / "missing", lambda s: s.pop(UP))
+    with pytest.raises(InputError, match=rf"{broken}: .*missing tensor\(s\) \['{UP}'\]"):
+        sources.load_hf_model(broken)
+
+
+def test_hf_parent_with_an_unexpected_tensor_is_refused(good_parent: Path, tmp_path: Path):
+    extra = "model.layers.0.mlp.extra_proj.weight"
+    broken = _broken(good_parent, tmp_path / "extra",
+                     lambda s: s.__setitem__(extra, torch.zeros(4, 4, dtype=torch.bfloat16)))
+    with pytest.raises(InputError, match=rf"unexpected tensor\(s\) \['{extra}'\] in model.safetensors"):
+        sources.load_hf_model(broken)
+
+
+def test_hf_parent_with_a_misshaped_tensor_is_refused(good_parent: Path, tmp_path: Path):
+    broken = _broken(good_parent, tmp_path / "shape",
+                     lambda s: s.__setitem__(UP, torch.zeros(3, 3, dtype=torch.bfloat16)))
+    with pytest.raises(InputError, match=rf"wrong shape \['{UP}'\] in model.safetensors"):
+        sources.load_hf_model(broken)
+
+
+def test_hf_parent_with_a_truncated_or_garbage_safetensors_file_is_refused(good_parent: Path, tmp_path: Path):
+    import shutil
+
+    for name, damage in (("truncated", lambda b: b[: len(b) // 2]), ("header", lambda b: b[:8] + b"{not json" + b[17:]),
+                         ("empty", lambda b: b""), ("tiny", lambda b: b[:5])):
+        broken = tmp_path / name
+        shutil.copytree(good_parent, broken)
+        file = broken / "model.safetensors"
+        file.write_bytes(damage(file.read_bytes()))
+        with pytest.raises(InputError, match=rf"{file}: not a readable safetensors file"):
+            sources.load_hf_model(broken)
+
+
+def test_hf_parent_with_a_bad_config_is_refused(good_parent: Path, tmp_path: Path):
+    import shutil
+
+    for name, text in (("garbage", "{not json"), ("list", "[1, 2]"), ("unknown", '{"model_type": "no-such-arch"}'),
+                       ("binary", b"\xff\xfe\x00".decode("latin-1"))):
+        broken = tmp_path / name
+        shutil.copytree(good_parent, broken)
+        (broken / "config.json").write_text(text, encoding="latin-1" if name == "binary" else "utf-8")
+        with pytest.raises(InputError, match=rf"{broken / 'config.json'}: "):
+            sources.load_hf_model(broken)
+
+
+def test_garbage_gguf_file_is_refused_naming_it(tmp_path: Path, monkeypatch):
+    package = tmp_path / "fake_gguf_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, data in (("garbage", b"this is not a gguf file" * 100), ("truncated", b"GGUF\x03\x00\x00\x00"),
+                       ("empty", b"")):
+        gguf = package / "model.gguf"
+        gguf.write_bytes(data)
+        sources._gguf_tokenizer.cache_clear()
+        monkeypatch.syspath_prepend(str(tmp_path))
+        cfg = {"model": {"source": "gguf-package", "gguf_package": "fake_gguf_pkg"}}
+        with pytest.raises(InputError, match=rf"{gguf}: not a loadable GGUF model"):
+            sources.load_source(cfg)

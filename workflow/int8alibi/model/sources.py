@@ -153,36 +153,94 @@ def _info(model: torch.nn.Module, tokenizer: Any, source: str, origin: str,
                       sha256=tensors_digest(model), tokenizer_digest=tokenizer_digest(tokenizer), files=files)
 
 
-def _check_bf16_dir(path: Path) -> None:
-    """An HF parent must hold bf16 weights and no quantization: casting would change its bytes."""
+def _safetensors_header(file: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Tensor name -> (safetensors dtype, shape) from one file's header; a corrupt or truncated
+    file is an InputError naming it (safetensors raises its own error types)."""
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            return {name: (handle.get_slice(name).get_dtype(), tuple(handle.get_slice(name).get_shape()))
+                    for name in handle.keys()}
+    except Exception as exc:
+        raise InputError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
+
+
+def _check_bf16_dir(path: Path) -> dict[str, Path]:
+    """An HF parent must hold bf16 weights and no quantization: casting would change its bytes.
+
+    Returns tensor name -> the .safetensors file holding it (a name in two files is refused)."""
     config = path / "config.json"
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{config}: cannot read the parent's config ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{config}: not a JSON object; not a Hugging Face model config")
     if data.get("quantization_config"):
         raise InputError(f"{config}: has a quantization_config; the parent must be the unquantized bf16 model")
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise InputError(f"{path}: no .safetensors files; the parent must be stored as safetensors")
+    where: dict[str, Path] = {}
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as handle:
-            for name in handle.keys():
-                dtype = handle.get_slice(name).get_dtype()
-                if dtype.startswith("F") or dtype.startswith("BF"):
-                    if dtype != "BF16":
-                        raise InputError(f"{file}: tensor {name!r} is {dtype}; the parent must be stored in bfloat16")
+        for name, (dtype, _shape) in _safetensors_header(file).items():
+            if name in where:
+                raise InputError(f"{file}: tensor {name!r} is also stored in {where[name].name}")
+            where[name] = file
+            if (dtype.startswith("F") or dtype.startswith("BF")) and dtype != "BF16":
+                raise InputError(f"{file}: tensor {name!r} is {dtype}; the parent must be stored in bfloat16")
+    return where
+
+
+def _key_names(keys: Any) -> list[str]:
+    """Tensor names of a loading-info entry (names, or (name, shape, shape) tuples in older versions)."""
+    return sorted(str(k[0] if isinstance(k, (tuple, list)) else k) for k in keys or ())
+
+
+def _check_loading_info(directory: Path, where: Mapping[str, Path], info: Mapping[str, Any]) -> None:
+    """Refuse a parent that does not fill the model exactly: transformers would initialise a missing
+    or mis-shaped tensor randomly (different bytes on every load) and drop an unexpected one."""
+    def files(names: list[str]) -> str:
+        return ", ".join(sorted({where[n].name for n in names if n in where})) or "no file"
+
+    problems = []
+    if missing := _key_names(info.get("missing_keys")):
+        problems.append(f"missing tensor(s) {missing[:8]} (in none of the .safetensors files)")
+    if unexpected := _key_names(info.get("unexpected_keys")):
+        problems.append(f"unexpected tensor(s) {unexpected[:8]} in {files(unexpected)}")
+    if mismatched := _key_names(info.get("mismatched_keys")):
+        problems.append(f"tensor(s) of the wrong shape {mismatched[:8]} in {files(mismatched)}")
+    if errors := [str(e) for e in info.get("error_msgs") or ()]:
+        problems.append(f"load errors: {'; '.join(errors)[:400]}")
+    if problems:
+        raise InputError(f"{directory}: the weights do not match the model its config.json describes: "
+                         + "; ".join(problems))
 
 
 def load_hf_model(path: str | Path) -> Any:
-    """The bf16 model (CPU, eval mode) of a local HF directory whose weights are stored in bf16."""
-    from transformers import AutoModelForCausalLM
+    """The bf16 model (CPU, eval mode) of a local HF directory whose weights are stored in bf16.
+
+    Strict: every tensor the config's model expects must be stored, with its shape, and nothing else.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     directory = Path(path)
     if not directory.is_dir():
         raise InputError(f"{directory}: parent directory not found")
-    _check_bf16_dir(directory)
-    return make_portable(AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval())
+    where = _check_bf16_dir(directory)
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except Exception as exc:  # transformers raises ValueError, KeyError, OSError... for a bad config
+        raise InputError(f"{directory / 'config.json'}: not a usable model config "
+                         f"({type(exc).__name__}: {str(exc)[:300]})") from exc
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            directory, config=config, dtype=torch.bfloat16, output_loading_info=True,
+            ignore_mismatched_sizes=True)  # mis-shaped tensors are reported in ``info`` and refused below
+    except Exception as exc:
+        raise InputError(f"{directory}: the model cannot be loaded from its files "
+                         f"({type(exc).__name__}: {str(exc)[:300]})") from exc
+    _check_loading_info(directory, where, info)
+    return make_portable(model.eval())
 
 
 def load_hf_dir(path: str | Path) -> tuple[Any, Any]:
@@ -196,8 +254,8 @@ def load_hf_dir(path: str | Path) -> tuple[Any, Any]:
         raise InputError(f"{directory}: no loadable tokenizer (none of {list(TOKENIZER_FILES)})")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{directory}: no loadable tokenizer ({exc})") from exc
+    except Exception as exc:  # tokenizers raises plain Exception for a corrupt tokenizer.json
+        raise InputError(f"{directory}: no loadable tokenizer ({type(exc).__name__}: {str(exc)[:300]})") from exc
     if len(tokenizer) > model.config.vocab_size:
         raise InputError(f"{directory}: tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
                          f"{model.config.vocab_size}")
@@ -208,7 +266,11 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
     from transformers import AutoModelForCausalLM
 
     gguf = gguf_package_file(package)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = gguf_tokenizer(package)
+    except Exception as exc:  # the gguf reader and transformers raise many types for a bad file
+        raise InputError(f"{gguf}: not a loadable GGUF model ({type(exc).__name__}: {str(exc)[:300]})") from exc
     # One round-to-nearest-even cast of the dequantized weights. Parameters only: buffers such as
     # the rotary inverse frequencies stay float32, as in a model loaded from bf16 safetensors.
     for param in model.parameters():
@@ -218,7 +280,7 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
         del model.config.quantization_config
     model.hf_quantizer = None
     model.config.dtype = torch.bfloat16
-    return make_portable(model.eval()), gguf_tokenizer(package), ((f"{package}/{gguf.name}", sha256_file(gguf)),)
+    return make_portable(model.eval()), tokenizer, ((f"{package}/{gguf.name}", sha256_file(gguf)),)
 
 
 def load_source(cfg: Config | Mapping[str, Any]) -> tuple[Any, Any, ParentInfo]:
