@@ -159,7 +159,7 @@ from int8alibi.stages import stage_main
 from int8alibi.stages.generate import run
 config, results, k = sys.argv[1:4]
 for arm in sys.argv[4:]:
-    for checkpoint in ("own", "pow2-nearest", "pow2-ceiling"):
+    for checkpoint in ("own", "pow2-nearest", "pow2-ceiling", "probe"):
         code = stage_main(run, ["--config", config, "--out", f"{results}/determinism/runs/{arm}/{checkpoint}",
                                 "--input", f"gate={results}/requant/gate.parquet", "--param", f"arm={arm}",
                                 "--param", f"checkpoint={checkpoint}", "--param", f"run={k}"])
@@ -199,11 +199,12 @@ def test_tiny_model_pow2_checkpoints_agree_across_arms_and_each_arm_repeats_itse
     assert summary["pow2-nearest"] == "1/1" and summary["pow2-ceiling"] == "1/1"
     assert summary["self_consistent"] == "yes" and summary["identity"].startswith("verified")
     agree = read_table(out / "agreement.parquet")
-    pow2 = agree[agree["checkpoint"].isin(["pow2-nearest", "pow2-ceiling"])]
+    pow2 = agree[agree["checkpoint"].isin(["pow2-nearest", "pow2-ceiling", "probe"])]
     assert pow2["identical"].all() and pow2["first_divergence"].isna().all()
     assert agree[agree["comparison"].str.startswith("runs-of-")]["identical"].all()
     gens = read_table(out / "generations.parquet")
-    assert set(gens["n_tokens"]) == {4} and len(gens) == 2 * 3 * 2
+    assert set(gens["n_tokens"]) == {4} and len(gens) == 2 * 4 * 2
+    assert summary["probe"] == "1/1"  # the probe's scales are powers of two too
     for arm in ARMS:  # the identity contract was really written by two different runs
         one = read_identity(artifact_paths(out / "runs" / arm / "own", 1)[1])
         two = read_identity(artifact_paths(out / "runs" / arm / "own", 2)[1])

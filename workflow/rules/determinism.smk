@@ -1,4 +1,4 @@
-CHECKPOINTS_GENERATED = ["own", "pow2-nearest", "pow2-ceiling"]
+CHECKPOINTS_GENERATED = ["own", "pow2-nearest", "pow2-ceiling", "probe"]
 
 
 rule generate:

@@ -61,6 +61,7 @@ STAGE_FILES: dict[str, list[str]] = {
     ],
     "determinism": ["analysis.yaml"],
     "perplexity": ["analysis.yaml"],
+    "prefill_decode": ["analysis.yaml"],
     "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
     "report": [
         "analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml", "ksweep.yaml",

@@ -19,7 +19,7 @@ from ..errors import Int8AlibiError
 log = logging.getLogger("int8alibi")
 
 # Stages that run the model's float forward pass: one intra-op thread (see int8alibi.portable).
-FORWARD_STAGES = frozenset({"capture", "generate", "perplexity", "tokens"})
+FORWARD_STAGES = frozenset({"capture", "generate", "perplexity", "tokens", "prefill_decode"})
 
 
 def _module_name(run: Callable[..., None]) -> str:

@@ -32,7 +32,9 @@ from ..model.sources import tokenizer_digest
 from ..resolve import require_arm, stage_device
 from . import log, stage_main
 
-CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling")
+# The rewritten-scale probe (snapped scales, old int8 weights) is generated like the others: the
+# second paper reports its end-to-end agreement, and prefill_decode measures its residual.
+CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling", "probe")
 RUNS = (1, 2)
 ENGINES = ("own", "vllm")
 

@@ -1,0 +1,27 @@
+rule prefill_decode:
+    """Same arm, prefill versus decode: token flips and the first module whose bits differ."""
+    input:
+        gate=rules.requant.output.gate,
+        protocol=protocol_files("prefill_decode"),
+    output:
+        prefill_decode=f"{RESULTS}/prefill_decode/prefill_decode.parquet",
+        first_divergence=f"{RESULTS}/prefill_decode/first_divergence.parquet",
+        manifest=f"{RESULTS}/prefill_decode/manifest.json",
+    params:
+        code=code_digest("prefill_decode"),
+        cfg=config_digest(RUN, ["model", "size_profile", "device", "arms"]),
+        env=ENVIRONMENT,
+    log:
+        f"{LOGS}/prefill_decode.log",
+    benchmark:
+        f"{BENCHMARKS}/prefill_decode.tsv"
+    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
+    # Snakemake runs such jobs side by side instead
+    threads: 1
+    resources:
+        mem_mb=8000,
+        gpu=use_gpu(RUN),
+    conda:
+        software_env(gpu_capable=True)
+    shell:
+        stage_cmd("prefill_decode", f"{RESULTS}/prefill_decode", "--input gate={input.gate}") + " 2> {log}"
