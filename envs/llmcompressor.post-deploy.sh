@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Run by Snakemake inside the environment of llmcompressor.yaml right after conda created it.
+set -euo pipefail
+exec bash "$(dirname "$0")/install" llmcompressor python
