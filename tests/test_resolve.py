@@ -11,7 +11,8 @@ import torch
 import yaml
 
 from int8alibi import resolve
-from int8alibi.config import RESOLVED, expand_env, load_config, validate, write_effective_config
+from int8alibi.config import RESOLVED, expand_env, load_config, validate
+from int8alibi.config import write_run_config as write_once
 from int8alibi.errors import InputError
 from int8alibi.kernels import registry
 from int8alibi.stages import capture, prediction
@@ -28,9 +29,9 @@ def user_config(tmp: Path, **overrides) -> dict:
 
 
 def write_run_config(tmp: Path, run: dict) -> Path:
-    path = tmp / "results" / ".run" / "config.yaml"
+    path = tmp / "results" / ".run" / "0123456789abcdef" / "config.yaml"
     validate(run, str(path))
-    return write_effective_config(run, path)
+    return write_once(run, path)
 
 
 class FakeGpuArm:

@@ -2,15 +2,21 @@
 
 Paths may name environment variables (``${QWEN3_DIR}``) so the same config serves every machine.
 
-When Snakemake plans a run it writes the *run config* (``<results>/.run/config.yaml``): the user's
-config with its environment variables expanded and a ``resolved`` block holding the device and the
-arm pair that ``auto`` stood for, with the reason and the host that decided (``int8alibi.resolve``).
+When Snakemake plans a run it decides the *run config*: the user's config with its environment
+variables expanded and a ``resolved`` block holding the device and the arm pair that ``auto`` stood
+for, with the reason and the host that decided (``int8alibi.resolve``). It lives at
+``<results>/.run/<digest>/config.yaml``, one file per expanded config (``run_config_path``), written
+once when a run starts executing (never by ``-n``, ``--dag`` or ``--summary``) and never rewritten:
+a job reads the file its command names, so a later invocation with other values cannot change what
+a running job reads. ``<results>/.run/current`` names the run config of the last run that executed.
 Stages read that file and never expand or resolve again.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -20,11 +26,14 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from . import strict_yaml
 from .errors import InputError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 # The block the pipeline writes into the run config when it plans a run (never set by hand).
 RESOLVED = "resolved"
+# Beside the run configs: the one the last executing run used (for people and the crossmodel view).
+CURRENT = "current"
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
@@ -47,7 +56,8 @@ class Config:
 
     @property
     def results(self) -> Path:
-        return Path(self.data.get("results", "results"))
+        """The results folder: ``results`` (relative), under ``results_root`` when the config names one."""
+        return Path(results_location(self.data))
 
     @property
     def resolution(self) -> Mapping[str, Any] | None:
@@ -85,15 +95,53 @@ class Config:
 
 def _unresolved(path: Path, key: str) -> str:
     return (f"{path}: {key}: auto is resolved once per run, when Snakemake plans it (the 'resolved' block of "
-            f"<results>/.run/config.yaml); this config has no such block: run the stage through Snakemake, "
+            f"<results>/.run/<digest>/config.yaml); this config has no such block: run the stage through Snakemake, "
             f"pass that run config, or name the {key} explicitly")
+
+
+# One path segment of `results` / `results_root`: letters, digits and ._+- , not starting with a dot
+# (so no `.`/`..` and no hidden folder). Paths reach command lines: quoted there, and also plain.
+_SEGMENT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
+
+
+def results_location(data: Mapping[str, Any]) -> str:
+    """``results`` as written, or ``<results_root>/<results>`` when the config names ``results_root``."""
+    results = str(data.get("results", "results"))
+    root = data.get("results_root")
+    return results if root is None else f"{str(root).rstrip('/')}/{results}"
+
+
+def results_dir(data: Mapping[str, Any], checkout: Path, source: str = "config") -> str:
+    """The run's results folder, checked: ``results`` is a relative path of plain segments that stays
+    inside the checkout after resolving symlinks; ``results_root`` (the documented escape hatch, an
+    absolute path of plain segments) puts it elsewhere. Anything else is refused naming the value."""
+    results = data.get("results", "results")
+    if not isinstance(results, str) or not all(_SEGMENT.fullmatch(p) for p in results.split("/")):  # absolute too
+        raise InputError(f"{source}: results {_short_text(results)!r} is not a relative path of plain segments "
+                         "(letters, digits, ._+-, not starting with a dot, '/' between); to write results "
+                         "outside the checkout use --config results_root=/absolute/folder")
+    root = data.get("results_root")
+    if root is not None:
+        parts = str(root).rstrip("/").split("/")
+        if (not isinstance(root, str) or not root.startswith("/") or len(root) > 1000
+                or not all(_SEGMENT.fullmatch(p) for p in parts[1:])):
+            raise InputError(f"{source}: results_root {_short_text(root)!r} must be an absolute path of plain "
+                             "segments (letters, digits, ._+-, not starting with a dot)")
+        return results_location(data)
+    inside = Path(checkout).resolve()
+    target = (Path.cwd() / results).resolve()
+    if target == inside or inside not in target.parents:
+        raise InputError(f"{source}: results {results!r} resolves to {target}, outside the checkout {inside} "
+                         "(a symlink out of the tree?); results stay inside the checkout unless you name "
+                         "--config results_root=/absolute/folder")
+    return results
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise InputError(f"override {text!r}: expected key=value (e.g. exploratory=true)")
     key, value = text.split("=", 1)
-    return key.split("."), yaml.safe_load(value)
+    return key.split("."), strict_yaml.parse(value, f"override {key}")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -164,12 +212,26 @@ def _check_planned(data: Mapping[str, Any], path: Path) -> None:
 
 def validate(data: Mapping[str, Any], source: str) -> None:
     """Raise InputError naming the file and the first schema violation."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = strict_yaml.read(SCHEMA_PATH)
     try:
         jsonschema.validate(dict(data), schema)
     except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise InputError(f"{source}: invalid config at {where}: {exc.message}") from None
+        where = "/".join(_short_text(p, 60) for p in exc.absolute_path) or "(top level)"
+        raise InputError(f"{source}: invalid config at {where}: {_schema_message(exc)}") from None
+    except RecursionError:
+        raise InputError(f"{source}: invalid config: nested too deeply") from None
+
+
+def _short_text(value: Any, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _schema_message(exc: jsonschema.ValidationError) -> str:
+    """The schema's complaint, without dumping a huge value: the offending value is shortened."""
+    if len(exc.message) <= 300:
+        return exc.message
+    return f"{_short_text(exc.instance)} fails the schema's {exc.validator!r} rule ({_short_text(exc.validator_value)})"
 
 
 def load_config(path: str | Path, overrides: list[str] | Mapping[str, Any] = ()) -> Config:
@@ -179,12 +241,7 @@ def load_config(path: str | Path, overrides: list[str] | Mapping[str, Any] = ())
     it was unset when the run was planned, and reading it stops with an error naming the variable.
     """
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: config file not found") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+    raw = strict_yaml.read(path)
     if not isinstance(raw, dict):
         raise InputError(f"{path}: config must be a mapping")
     data = apply_overrides(raw, overrides)
@@ -197,25 +254,70 @@ def load_config(path: str | Path, overrides: list[str] | Mapping[str, Any] = ())
     return Config(data=data, path=path)
 
 
-def read_run_config(path: Path) -> dict[str, Any] | None:
-    """The run config an earlier plan wrote at ``path``, or None when there is none (or it is unreadable)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+def read_run_config(path: str | Path) -> dict[str, Any] | None:
+    """The run config an earlier plan wrote at ``path``, or None when there is none.
+
+    A file that exists but does not read as a mapping is an error naming it (run state is never
+    silently replaced)."""
+    path = Path(path)
+    if not path.exists():
         return None
-    return data if isinstance(data, dict) else None
+    data = strict_yaml.read(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a run config must be a mapping; delete the file to plan the run again")
+    return data
 
 
-def write_effective_config(data: Mapping[str, Any], path: Path) -> Path:
-    """Write the run config (file + command-line overrides, expanded, with its resolved block) for the stages.
+def config_key(data: Mapping[str, Any]) -> str:
+    """Digest of an expanded user config (without a ``resolved`` block): names its run config."""
+    body = {k: v for k, v in data.items() if k != RESOLVED}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    Rewritten only when its content changes, atomically, so its timestamp never causes reruns.
+
+def run_config_path(results: str, data: Mapping[str, Any]) -> str:
+    """``<results>/.run/<digest>/config.yaml``: the run config of this expanded config."""
+    return f"{results}/.run/{config_key(data)}/config.yaml"
+
+
+def current_run_config(results: str | Path) -> Path | None:
+    """The run config the last executing run of ``results`` used (``.run/current``), or None."""
+    pointer = Path(results) / ".run" / CURRENT
+    if not pointer.is_file():
+        return None
+    name = pointer.read_text(encoding="utf-8").strip()
+    if not re.fullmatch(r"[0-9a-f]{16}/config\.yaml", name):
+        raise InputError(f"{pointer}: expected '<digest>/config.yaml', found {_short_text(name)}")
+    return Path(results) / ".run" / name
+
+
+def earlier_plan(path: str | Path, results: str | Path, expanded: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan to reuse for ``expanded``: its own run config at ``path`` if written (refused when its body
+    no longer matches the config it is named after), else the run config of the last executing run."""
+    own = read_run_config(path)
+    if own is not None:
+        if {k: v for k, v in own.items() if k != RESOLVED} != dict(expanded):
+            raise InputError(f"{path}: this run config was edited after it was written (it no longer holds the "
+                             "config it is named after); delete its folder to plan the run again")
+        return own
+    current = current_run_config(results)
+    return read_run_config(current) if current is not None else None
+
+
+def write_run_config(data: Mapping[str, Any], path: str | Path) -> Path:
+    """Write the run config once, atomically, and point ``.run/current`` at it.
+
+    An existing file is never rewritten (running jobs may be reading it); one whose content differs
+    from ``data`` was edited by hand or planned differently, and is refused naming it.
     """
+    from .provenance.atomic import write_bytes
+
+    path = Path(path)
     text = yaml.safe_dump(dict(data), sort_keys=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.read_text() == text:
-        return path
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # cluster jobs may plan at the same time
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    if path.exists():
+        if read_run_config(path) != strict_yaml.parse(text, str(path)):
+            raise InputError(f"{path}: this run config differs from the plan made now for the same config; it is "
+                             "never rewritten: delete its folder to plan the run again")
+    else:
+        write_bytes(path, text.encode())
+    write_bytes(path.parent.parent / CURRENT, f"{path.parent.name}/{path.name}\n".encode())
     return path

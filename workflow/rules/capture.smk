@@ -25,4 +25,4 @@ checkpoint capture:
     conda:
         software_env(gpu_capable=True)
     shell:
-        stage_cmd("capture", f"{RESULTS}/capture", "--input gate={input.gate}") + " 2> {log}"
+        stage_cmd("capture", f"{RESULTS}/capture", "--input gate={input.gate}") + " 2> {log:q}"

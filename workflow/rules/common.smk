@@ -2,6 +2,7 @@
 # (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
 # use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,7 +21,15 @@ from int8alibi.workflow_support import put_interpreter_on_path
 
 put_interpreter_on_path()
 
-from int8alibi.config import expand_env, read_run_config, validate, write_effective_config
+from int8alibi import strict_yaml
+from int8alibi.config import (
+    earlier_plan,
+    expand_env,
+    results_dir,
+    run_config_path,
+    validate,
+    write_run_config,
+)
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
 from int8alibi.resolve import plan
@@ -39,24 +48,32 @@ def _stop(exc):
     raise SystemExit(1)
 
 
+# Snakemake has already loaded the config files with its own YAML loader; read each again strictly
+# (no anchors/aliases, no duplicate keys, bounded size: int8alibi.strict_yaml) before trusting `config`.
 try:
+    for _configfile in workflow.configfiles:
+        strict_yaml.read(_configfile)
     validate(config, "config (after --configfile/--config)")
+    # a relative path inside the checkout (symlinks resolved), or under --config results_root=/abs
+    RESULTS = results_dir(config, ROOT, "config (after --configfile/--config)")
     GATE = gate(ROOT)
 except Int8AlibiError as exc:
     _stop(exc)
 
-RESULTS = config.get("results", "results")
 # One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
 _RUN = [] if RESULTS == "results" else [Path(RESULTS).name]
 LOGS = Path("logs", *_RUN).as_posix()
 BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 
 # The run config the stages read: the config file + --config overrides, environment variables
-# expanded, and the `resolved` block (device and arms decided once, with the reason and the host;
-# reused when an earlier plan made it for the same device/arms values, so a cluster job re-parsing
-# this file reads the resolution instead of making its own). Rewritten only when its content
-# changes, so it never triggers reruns by itself. Its path is relative, as in every command.
-RUN_CONFIG = f"{RESULTS}/.run/config.yaml"
+# expanded, and the `resolved` block (device and arms decided once, with the reason and the host).
+# One immutable file per expanded config, <results>/.run/<digest>/config.yaml: written once when a
+# run starts executing (onstart below: never by -n, --dag, --summary), never rewritten, so another
+# invocation cannot change what a running job reads. A plan reuses the resolution of its own file,
+# else that of the last executing run (.run/current) when made for the same device/arms values, so a
+# cluster job re-parsing this file reads the resolution instead of making its own. Commands name it
+# as the global {RUN_CONFIG:q}: the rule's shell text stays the same for every config (what a stage
+# reads from the config reruns it through its `cfg` param), and the path is relative.
 _EXPANDED, _UNSET = expand_env(config)
 if _UNSET:
     sys.stderr.write(
@@ -64,11 +81,20 @@ if _UNSET:
         "every job of this run stops until it is set\n"
     )
 try:
-    RUN = plan(_EXPANDED, read_run_config(RUN_CONFIG))
+    RUN_CONFIG = run_config_path(RESULTS, _EXPANDED)
+    RUN = plan(_EXPANDED, earlier_plan(RUN_CONFIG, RESULTS, _EXPANDED))
     validate(RUN, RUN_CONFIG)
 except Int8AlibiError as exc:
     _stop(exc)
-write_effective_config(RUN, Path(RUN_CONFIG))
+
+
+onstart:
+    try:
+        write_run_config(RUN, RUN_CONFIG)
+    except (Int8AlibiError, OSError) as exc:
+        _stop(exc)
+
+
 ARMS = list(RUN["resolved"]["arms"])
 
 # Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support): the model's source
@@ -85,9 +111,29 @@ def protocol_files(stage):
     return [f"preregistration/{name}" for name in STAGE_FILES[stage]]
 
 
+# Snakemake placeholders a command may hold; each is given the `:q` (shell-quote) format.
+_PLACEHOLDER = re.compile(r"\{((?:input|output|params|wildcards|log|resources)(?:\.\w+)?)\}")
+
+
+def q(text):
+    """A command fragment with every placeholder shell-quoted (`{input.x}` becomes `{input.x:q}`)."""
+    return _PLACEHOLDER.sub(r"{\1:q}", text)
+
+
+def qpath(path):
+    """A path for a command: literal parts quoted with shlex.quote, placeholders with `:q`."""
+    parts = _PLACEHOLDER.split(path)  # literal, placeholder, literal, ...
+    return "".join(q(f"{{{part}}}") if i % 2 else shlex.quote(part) if part else "" for i, part in enumerate(parts))
+
+
 def stage_cmd(stage, out, extra=""):
-    """The one-line command of a stage; relative paths only, `python` from PATH (set above)."""
-    return f"python -m int8alibi.stages.{stage} --config {RUN_CONFIG} --out {out} {extra}".rstrip()
+    """The one-line command of a stage; `python` from PATH (set above), relative paths only.
+
+    Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (write any
+    other value into `extra` as a placeholder, e.g. `--input results={RESULTS:q}` or a param), and
+    the run config as the global `{RUN_CONFIG:q}`. Append the log as `" 2> {log:q}"`.
+    """
+    return f"python -m int8alibi.stages.{stage} --config {{RUN_CONFIG:q}} --out {qpath(out)} {q(extra)}".rstrip()
 
 
 # What the report reads (and so the target of `all`): every stage's manifest.
@@ -118,9 +164,10 @@ def faults_shard_manifests(wildcards):
 
 
 def faults_shard_args(wildcards):
-    return " ".join(f"--shard {d}" for d in faults_shard_dirs(wildcards))
+    """`--shard DIR` per shard, as a list: the command gives it as `{params.shards:q}`, each word quoted."""
+    return [word for d in faults_shard_dirs(wildcards) for word in ("--shard", d)]
 
 
-# `arm` names one of the two arms this run resolved to (results/.run/config.yaml, block resolved).
+# `arm` names one of the two arms this run resolved to (the run config's block resolved).
 wildcard_constraints:
     arm="|".join(re.escape(arm) for arm in ARMS),

@@ -28,4 +28,4 @@ rule compare:
             "compare",
             f"{RESULTS}/compare",
             "--input index={input.index} --input predictions={input.predictions}",
-        ) + " 2> {log}"
+        ) + " 2> {log:q}"

@@ -15,6 +15,7 @@ rule crossmodel:
         manifest=f"{RESULTS}/crossmodel/manifest.json",
     params:
         code=code_digest("crossmodel"),
+        runs=",".join(config.get("crossmodel", [])),
         env=ENVIRONMENT,
     log:
         f"{LOGS}/crossmodel.log",
@@ -26,5 +27,4 @@ rule crossmodel:
     conda:
         software_env()
     shell:
-        stage_cmd("crossmodel", f"{RESULTS}/crossmodel", "--param runs=" + ",".join(config.get("crossmodel", [])))
-        + " 2> {log}"
+        stage_cmd("crossmodel", f"{RESULTS}/crossmodel", "--param runs={params.runs}") + " 2> {log:q}"

@@ -28,7 +28,7 @@ if int(config.get("faults_shards", 1)) <= 1:
         conda:
             software_env(gpu_capable=True)
         shell:
-            stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log}"
+            stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log:q}"
 
 else:
     # Scatter/gather for a cluster: layer ranges run as separate jobs (faults_shard_dirs in
@@ -65,7 +65,7 @@ else:
                 "faults",
                 f"{RESULTS}/faults/shards/{{wildcards.start}}_{{wildcards.stop}}",
                 "--input operands={input.index} --param layer_range={wildcards.start}:{wildcards.stop}",
-            ) + " 2> {log}"
+            ) + " 2> {log:q}"
 
     rule faults:
         input:
@@ -93,8 +93,8 @@ else:
         conda:
             software_env()
         shell:
-            f"python -m int8alibi.stages.faults gather --config {RUN_CONFIG} "
-            f"--out {RESULTS}/faults {{params.shards}} 2> {{log}}"
+            f"python -m int8alibi.stages.faults gather --config {{RUN_CONFIG:q}} "
+            f"--out {qpath(RESULTS + '/faults')} {{params.shards:q}} 2> {{log:q}}"
 
 
 rule faults_smoke:
@@ -128,4 +128,4 @@ rule faults_smoke:
     shell:
         stage_cmd(
             "faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2"
-        ) + " 2> {log}"
+        ) + " 2> {log:q}"

@@ -23,4 +23,4 @@ rule model:
     conda:
         software_env()
     shell:
-        stage_cmd("model", f"{RESULTS}/model") + " 2> {log}"
+        stage_cmd("model", f"{RESULTS}/model") + " 2> {log:q}"

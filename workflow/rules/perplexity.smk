@@ -25,4 +25,4 @@ rule perplexity:
     conda:
         software_env(gpu_capable=True)
     shell:
-        stage_cmd("perplexity", f"{RESULTS}/perplexity", "--input gate={input.gate}") + " 2> {log}"
+        stage_cmd("perplexity", f"{RESULTS}/perplexity", "--input gate={input.gate}") + " 2> {log:q}"

@@ -20,4 +20,4 @@ rule prediction:
     conda:
         software_env(gpu_capable=True)
     shell:
-        stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log}"
+        stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log:q}"

@@ -24,4 +24,4 @@ rule prefill_decode:
     conda:
         software_env(gpu_capable=True)
     shell:
-        stage_cmd("prefill_decode", f"{RESULTS}/prefill_decode", "--input gate={input.gate}") + " 2> {log}"
+        stage_cmd("prefill_decode", f"{RESULTS}/prefill_decode", "--input gate={input.gate}") + " 2> {log:q}"

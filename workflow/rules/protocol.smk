@@ -19,4 +19,4 @@ rule protocol:
     conda:
         software_env()
     shell:
-        stage_cmd("protocol", f"{RESULTS}/protocol") + " 2> {log}"
+        stage_cmd("protocol", f"{RESULTS}/protocol") + " 2> {log:q}"

@@ -23,4 +23,4 @@ rule requant:
     conda:
         software_env()
     shell:
-        stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent}") + " 2> {log}"
+        stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent}") + " 2> {log:q}"

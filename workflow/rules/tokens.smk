@@ -28,4 +28,4 @@ rule tokens:
         software_env(gpu_capable=True)
     shell:
         stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
-        + " 2> {log}"
+        + " 2> {log:q}"
