@@ -34,7 +34,7 @@ rule generate:
             f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}",
             "--input gate={input.gate} --param arm={wildcards.arm}"
             " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}",
-        ) + " 2> {log}"
+        ) + " 2> {log:q}"
 
 
 rule determinism:
@@ -66,5 +66,5 @@ rule determinism:
     conda:
         software_env()
     shell:
-        stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={RESULTS}/determinism/runs")
-        + " 2> {log}"
+        stage_cmd("determinism", f"{RESULTS}/determinism", "--input runs={RESULTS:q}/determinism/runs")
+        + " 2> {log:q}"
