@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,8 @@ FAULT_SEVERITIES: dict[str, tuple[str, ...]] = {
     "F6": ("all",), "F7": ("all",), "F8": ("all",), "F9": SEVERITIES,
 }
 CELLS_PER_LAYER = sum(len(s) for s in FAULT_SEVERITIES.values()) * len(REGIMES)
+Engine = Literal["auto", "cells", "batched"]
+ENGINES: tuple[Engine, ...] = ("auto", "cells", "batched")
 
 
 @dataclass(frozen=True)
@@ -338,16 +340,10 @@ class _LayerRun:
         return _Cell("F9", severity, regime, ev, outputs.differing, 1, False)
 
 
-def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu") -> pd.DataFrame:
-    """All cells x checks of one layer, one row each (``CELLS_PER_LAYER * 7`` rows), unscored.
-
-    Columns: layer, block, proj, fault, severity, regime, check, changed_elements, observable,
-    max_ulp (None when no finite pair), nonfinite, k_effective, tile_repeats, f7_boost,
-    applicable, fired (None when not applicable), reason.
-    """
-    run = _LayerRun(op, settings, torch.device(device))
+def layer_rows(op: Operands, cells: Iterable[_Cell], settings: CampaignSettings) -> list[dict[str, Any]]:
+    """One row per cell x check (``CELLS_PER_LAYER * 7`` rows); the columns of ``run_layer``."""
     rows: list[dict[str, Any]] = []
-    for cell in run.cells():
+    for cell in cells:
         ev = cell.evidence
         common = {
             "layer": op.layer, "block": int(op.block), "proj": op.proj,
@@ -361,15 +357,53 @@ def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | s
                          "fired": result.fired, "reason": result.reason})
     if len(rows) != CELLS_PER_LAYER * 7:
         raise InputError(f"layer {op.layer!r}: campaign produced {len(rows)} rows, expected {CELLS_PER_LAYER * 7}")
-    return pd.DataFrame.from_records(rows)
+    return rows
+
+
+def run_layer_cells(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
+                    ) -> list[dict[str, Any]]:
+    """The rows of one layer from the per-cell engine (``_LayerRun``)."""
+    return layer_rows(op, _LayerRun(op, settings, torch.device(device)).cells(), settings)
+
+
+def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
+              engine: Engine = "auto") -> pd.DataFrame:
+    """All cells x checks of one layer, one row each (``CELLS_PER_LAYER * 7`` rows), unscored.
+
+    Columns: layer, block, proj, fault, severity, regime, check, changed_elements, observable,
+    max_ulp (None when no finite pair), nonfinite, k_effective, tile_repeats, f7_boost,
+    applicable, fired (None when not applicable), reason. ``engine`` as in ``run_campaign``.
+    """
+    return run_campaign([op], settings, device, progress=False, engine=engine)
+
+
+def resolve_engine(engine: Engine, device: torch.device) -> Engine:
+    """``auto``: the batched engine on a GPU (where per-cell synchronisation idles it), the per-cell
+    engine on the CPU (where it is the faster of the two, needing no stacked outputs)."""
+    if engine not in ENGINES:
+        raise InputError(f"fault campaign: unknown engine {engine!r} (expected one of {', '.join(ENGINES)})")
+    if engine == "auto":
+        return "batched" if device.type == "cuda" else "cells"
+    return engine
 
 
 def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device | str = "cpu",
-                 *, total: int | None = None, progress: bool = True) -> pd.DataFrame:
-    """Stream ``layers`` through ``run_layer`` (one layer's tensors alive at a time); progress on stderr."""
-    frames = []
-    for op in tqdm(layers, total=total, desc="faults", unit="layer", disable=not progress):
-        frames.append(run_layer(op, settings, device))
-    if not frames:
+                 *, total: int | None = None, progress: bool = True, engine: Engine = "auto") -> pd.DataFrame:
+    """Stream ``layers`` through the engine (few layers' tensors alive at a time); progress on stderr.
+
+    ``cells`` computes a layer cell by cell; ``batched`` (``faults.batched``) all cells of a layer
+    at once on the device, reading back once per layer. Both give the same rows, bit for bit.
+    """
+    device = torch.device(device)
+    chosen = resolve_engine(engine, device)
+    items = tqdm(layers, total=total, desc="faults", unit="layer", disable=not progress)
+    if chosen == "batched":
+        from .batched import run_layers
+
+        per_layer: Iterable[list[dict[str, Any]]] = run_layers(items, settings, device)
+    else:
+        per_layer = (run_layer_cells(op, settings, device) for op in items)
+    rows = [row for layer in per_layer for row in layer]
+    if not rows:
         raise InputError("fault campaign: no layers to run")
-    return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame.from_records(rows)
