@@ -1,0 +1,209 @@
+"""Candidate models of prevalence against K, their held-out comparison, and the INT8 constant-rate test.
+
+All models are fitted by one objective, least squares on prevalence, so their errors compare on the
+same scale. The two nonlinear models are solved by Levenberg-Marquardt started from their
+log-linearized fit, with the exponent on ln(K / K0) (K0 the grid's geometric mean) for
+conditioning. Selection prefers fewer parameters when the held-out error is within a registered
+margin of the best, so a constant series is never called saturating merely because a flexible
+model can also draw a flat line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+
+_EPS = 1e-12
+
+Predict = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (theta, ln(K/K0)) -> prevalence
+
+
+def _constant(theta: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.full_like(u, theta[0])
+
+
+def _log_linear(theta: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return theta[0] + theta[1] * u
+
+
+def _power(theta: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.exp(np.clip(theta[0] + theta[1] * u, -700.0, 700.0))
+
+
+def _saturation(theta: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return -np.expm1(-np.exp(np.clip(theta[0] + theta[1] * u, -700.0, 700.0)))
+
+
+# model id -> (prediction on internal parameters, linearizing transform of p or None, parameter names)
+MODELS: dict[str, tuple[Predict, Callable[[np.ndarray], np.ndarray] | None, tuple[str, ...]]] = {
+    "constant": (_constant, None, ("c",)),
+    "log-linear": (_log_linear, None, ("a", "b")),
+    "power": (_power, lambda p: np.log(np.clip(p, _EPS, None)), ("c", "alpha")),
+    "generalized-saturation": (_saturation, lambda p: np.log(-np.log1p(-np.clip(p, _EPS, 1 - _EPS))),
+                               ("c", "alpha")),
+}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One model fitted to (K, p) points: reported parameters (in K's own units) and training RMSE."""
+
+    model: str
+    params: dict[str, float]
+    rmse: float
+    theta: np.ndarray
+    k0: float
+
+    def predict(self, k: np.ndarray) -> np.ndarray:
+        return MODELS[self.model][0](self.theta, np.log(np.asarray(k, dtype=float) / self.k0))
+
+
+def _linear(u: np.ndarray, y: np.ndarray) -> np.ndarray:
+    design = np.stack([np.ones_like(u), u], axis=1)
+    return np.linalg.lstsq(design, y, rcond=None)[0]
+
+
+def _levenberg_marquardt(f: Predict, theta: np.ndarray, u: np.ndarray, p: np.ndarray) -> np.ndarray:
+    def sse(t: np.ndarray) -> float:
+        return float(np.sum((f(t, u) - p) ** 2))
+
+    lam, best = 1e-3, sse(theta)
+    for _ in range(500):
+        r = f(theta, u) - p
+        step = 1e-7 * np.maximum(1.0, np.abs(theta))
+        jac = np.stack([(f(theta + np.eye(len(theta))[i] * step[i], u) - f(theta, u)) / step[i]
+                        for i in range(len(theta))], axis=1)
+        jtj = jac.T @ jac
+        try:
+            delta = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + _EPS), -jac.T @ r)
+        except np.linalg.LinAlgError:
+            break
+        candidate = theta + delta
+        value = sse(candidate)
+        if value < best:
+            improved = best - value
+            theta, best, lam = candidate, value, lam / 3
+            if improved <= 1e-15 * max(best, 1e-30):
+                break
+        else:
+            lam *= 4
+            if lam > 1e12:
+                break
+    return theta
+
+
+def fit(model: str, k: Sequence[float], p: Sequence[float], k0: float | None = None) -> Fit:
+    """Least-squares fit of ``model`` to prevalence ``p`` at depths ``k`` (one point per K x seed)."""
+    if model not in MODELS:
+        raise InputError(f"ksweep fit: unknown model {model!r} (expected one of {sorted(MODELS)})")
+    kk, pp = np.asarray(k, dtype=float), np.asarray(p, dtype=float)
+    if kk.shape != pp.shape or kk.size < 2 or np.any(kk <= 0) or not np.all(np.isfinite(pp)):
+        raise InputError(f"ksweep fit: need at least two finite points with K > 0 (got {kk.size})")
+    k0 = float(np.exp(np.mean(np.log(np.unique(kk))))) if k0 is None else k0
+    u = np.log(kk / k0)
+    f, transform, names = MODELS[model]
+    if model == "constant":
+        theta = np.array([pp.mean()])
+    elif transform is None:
+        theta = _linear(u, pp)
+    else:
+        theta = _levenberg_marquardt(f, _linear(u, transform(pp)), u, pp)
+    params = dict(zip(names, (float(v) for v in theta)))
+    if model in ("power", "generalized-saturation"):
+        params["c"] = math.exp(theta[0] - theta[1] * math.log(k0))  # c for K in its own units
+    if model == "log-linear":
+        params["a"] = float(theta[0] - theta[1] * math.log(k0))  # a for ln K, not ln(K / K0)
+    rmse = float(np.sqrt(np.mean((f(theta, u) - pp) ** 2)))
+    return Fit(model, params, rmse, theta, k0)
+
+
+def held_out_rmse(model: str, k: Sequence[float], p: Sequence[float]) -> float:
+    """Leave-one-K-out: fit without every point of one K, predict them; RMSE over all held-out points."""
+    kk, pp = np.asarray(k, dtype=float), np.asarray(p, dtype=float)
+    k0 = float(np.exp(np.mean(np.log(np.unique(kk)))))
+    errors = []
+    for held in np.unique(kk):
+        train = kk != held
+        if len(np.unique(kk[train])) < len(MODELS[model][2]):
+            raise InputError(f"ksweep fit: leave-one-K-out leaves too few K values for {model}")
+        errors.append(fit(model, kk[train], pp[train], k0).predict(kk[~train]) - pp[~train])
+    return float(np.sqrt(np.mean(np.concatenate(errors) ** 2)))
+
+
+def select(held_out: dict[str, float], parsimony: float) -> str:
+    """The lowest held-out error, unless a model with fewer parameters is within ``parsimony`` of it."""
+    if not held_out:
+        raise InputError("ksweep fit: no model to select from")
+    best = min(held_out.values())
+    near = [m for m, e in held_out.items() if e <= best * (1 + parsimony) + _EPS]
+    return min(near, key=lambda m: (len(MODELS[m][2]), held_out[m]))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """Student-t quantile by bisection on the numerically integrated density (no SciPy needed)."""
+    if not 0.5 <= q < 1 or df < 1:
+        raise InputError(f"t quantile: need 0.5 <= q < 1 and df >= 1, got q={q}, df={df}")
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(t: float) -> float:
+        x = np.linspace(0.0, t, 20001)
+        y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df))
+        return 0.5 + float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2)
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < q:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def jackknife(estimates: Sequence[float], full: float, level: float) -> tuple[float, float, float]:
+    """(SE, lower, upper): leave-one-out standard error and full +- t(R-1) * SE."""
+    e = np.asarray(estimates, dtype=float)
+    r = e.size
+    if r < 2:
+        raise InputError(f"jackknife: need at least two leave-one-out estimates, got {r}")
+    se = float(np.sqrt((r - 1) / r * np.sum((e - e.mean()) ** 2)))
+    half = t_quantile(0.5 + level / 2, r - 1) * se
+    return se, full - half, full + half
+
+
+@dataclass(frozen=True)
+class RateTest:
+    """Pearson chi-square test of one differing-rate across groups (None statistic: not applicable)."""
+
+    statistic: float | None
+    df: int
+    p_value: float | None
+    differing: int
+    elements: int
+
+
+def constant_rate_test(differing: Sequence[int], elements: Sequence[int]) -> RateTest:
+    """Pearson chi-square on the 2 x G table (differing, equal) per group; df = G - 1.
+
+    Not applicable (statistic None) when no element or every element differs: the pooled rate is
+    then 0 or 1, every expected count of one row is zero, and the statistic is undefined.
+    """
+    d = np.asarray(differing, dtype=float)
+    n = np.asarray(elements, dtype=float)
+    if d.shape != n.shape or d.size < 2 or np.any(n <= 0) or np.any(d < 0) or np.any(d > n):
+        raise InputError("constant-rate test: need >= 2 groups with 0 <= differing <= elements and elements > 0")
+    total_d, total_n = float(d.sum()), float(n.sum())
+    df = d.size - 1
+    if total_d == 0 or total_d == total_n:
+        return RateTest(None, df, None, int(total_d), int(total_n))
+    rate = total_d / total_n
+    expected_d, expected_e = n * rate, n * (1 - rate)
+    stat = float(np.sum((d - expected_d) ** 2 / expected_d + ((n - d) - expected_e) ** 2 / expected_e))
+    p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                      torch.tensor(stat / 2, dtype=torch.float64)).item())
+    return RateTest(stat, df, p, int(total_d), int(total_n))
