@@ -3,6 +3,7 @@ diff names each differing field per stage, with both values, in a stable order."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -77,8 +78,11 @@ def test_tampered_manifest_is_found(project: Path) -> None:
     assert finding.subject == "manifest"
     assert finding.reason.startswith(f"digest mismatch (recorded {manifest['digest']}")
     path.write_text("{broken")
-    (finding,) = verify(project / "results")
+    finding, downstream = verify(project / "results")
     assert finding.subject == "manifest" and "not valid JSON" in finding.reason
+    # beta read alpha's table: its link to alpha's manifest breaks too, naming it
+    assert downstream.manifest.endswith("beta/manifest.json") and downstream.subject == "upstream"
+    assert "upstream manifest results/alpha/manifest.json" in downstream.reason and "not valid JSON" in downstream.reason
 
 
 def test_missing_files_are_found(project: Path) -> None:
@@ -141,16 +145,20 @@ def test_protocol_check_not_possible_is_reported(project: Path, monkeypatch: pyt
 
 def test_verify_main_exit_codes_and_json(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert verify_main([str(project / "results")]) == 0
-    assert capsys.readouterr().out == "verified 2 manifest(s): 0 error(s), 0 notice(s)\n"
+    digests = {stage: json.loads((project / "results" / stage / "manifest.json").read_text())["digest"]
+               for stage in ("alpha", "beta")}
+    listing = "".join(f"{stage}/manifest.json\0{digests[stage]}\n" for stage in ("alpha", "beta"))
+    root = hashlib.sha256(listing.encode()).hexdigest()
+    assert capsys.readouterr().out == f"verified 2 manifest(s): 0 error(s), 0 notice(s)\nroot digest: {root}\n"
     flip_byte(project / "results" / "alpha" / "note.txt", 0)
     assert verify_main([str(project / "results")]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"error: {(project / 'results' / 'alpha' / 'manifest.json').as_posix()}: "
                                "output results/alpha/note.txt: sha256 changed")
-    assert lines[1] == "verified 2 manifest(s): 1 error(s), 0 notice(s)"
+    assert lines[1:] == ["verified 2 manifest(s): 1 error(s), 0 notice(s)", "root digest: none (the run does not verify)"]
     assert verify_main([str(project / "results"), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["errors"] == 1 and len(report["manifests"]) == 2
+    assert report["errors"] == 1 and len(report["manifests"]) == 2 and report["root_digest"] is None
     assert report["findings"][0]["subject"] == "output results/alpha/note.txt"
 
 

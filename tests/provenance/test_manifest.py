@@ -125,7 +125,9 @@ def test_protocol_module_missing_fails_closed(project: Path, monkeypatch: pytest
 
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
-    ('{"format": "other"}', "not an int8alibi-manifest/1 manifest"),
+    ('{"format": "other"}', "not an int8alibi-manifest/2 manifest"),
+    ('{"format": "int8alibi-manifest/1"}', "written before manifests recorded their upstream manifests"),
+    ("[1, 2]", "not an int8alibi-manifest/2 manifest"),
     (json.dumps({"format": FORMAT, "stage": "x"}), "lacks key"),
 ])
 def test_load_rejects_non_manifests(tmp_path: Path, content: str, message: str) -> None:

@@ -32,6 +32,7 @@ from safetensors import safe_open
 
 from ..config import Config
 from ..errors import InputError
+from ..provenance.chain import verify_input
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
 from ..provenance.parquet import read_table
 from .layers import quantized_linears
@@ -323,6 +324,7 @@ def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | Non
     """
     stage = Path(model_stage_dir)
     table_path, parent = stage / PARENT_TABLE, stage / PARENT_DIR
+    verify_input(table_path, whole=False)  # the record as the model stage's manifest has it
     table = read_table(table_path, PARENT_SCHEMA)
     if table.empty:
         raise InputError(f"{table_path}: empty parent record")

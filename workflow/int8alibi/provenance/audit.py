@@ -1,7 +1,8 @@
 """Re-verify recorded runs and explain how two runs differ, without rerunning anything.
 
-``verify`` re-hashes every file each manifest names, checks each manifest's own digest and the
-protocol it recorded; ``diff`` compares two runs field by field, per stage, and says which
+``verify`` re-hashes every file each manifest names, checks each manifest's own digest, the
+upstream manifests it recorded (the chain), undeclared files in its stage folder and the protocol
+it recorded, and prints the run's root digest; ``diff`` compares two runs field by field, per stage, and says which
 recorded causes (params, inputs, protocol, code, environment) accompany a change in outputs.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -17,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
+from .chain import check_record, root_digest, upstream_links
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
 from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
                        resolve_recorded)
@@ -71,35 +74,44 @@ def find_manifests(path: Path) -> list[Path]:
 
 
 def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
-    """Reasons why the file or directory at ``path`` no longer matches its record (empty: matches)."""
-    if rec.get("kind") == "dir":
-        if not path.is_dir():
-            return [f"missing (recorded directory, now {'a file' if path.exists() else 'absent'})"]
-        now = tree_hashes(path)
-        then: Mapping[str, str] = rec.get("files", {})
-        reasons = [f"file {rel} missing" for rel in sorted(set(then) - set(now))]
-        reasons += [f"file {rel} added" for rel in sorted(set(now) - set(then))]
-        reasons += [f"file {rel} changed (recorded {then[rel]}, now {now[rel]})"
-                    for rel in sorted(set(now) & set(then)) if now[rel] != then[rel]]
-        if not reasons and listing_digest(now) != rec["sha256"]:
-            reasons.append(f"directory digest changed (recorded {rec['sha256']}, now {listing_digest(now)})")
+    """Reasons why the file or folder at ``path`` no longer matches its record (empty: matches);
+    a changed Parquet file says whether its table content changed or it was only re-encoded."""
+    reasons = check_record(rec, path)
+    if not reasons or "content_digest" not in rec or path.is_symlink() or not path.is_file():
         return reasons
-    if not path.is_file():
-        return ["missing"]
-    now_sha = sha256_file(path)
-    if now_sha == rec["sha256"]:
-        return []
-    reason = (f"sha256 changed (recorded {rec['sha256']}, now {now_sha}; "
-              f"bytes {rec.get('bytes')} -> {path.stat().st_size})")
-    if "content_digest" in rec:
-        try:
-            table = read_arrow(path)
-        except Int8AlibiError:
-            return [f"{reason}; no longer a readable Parquet file"]
-        if content_digest(table) == rec["content_digest"]:
-            return [f"{reason}; table content identical (re-encoded only)"]
-        return [f"{reason}; table content changed (rows {rec.get('rows')} -> {table.num_rows})"]
-    return [reason]
+    try:
+        table = read_arrow(path)
+    except Int8AlibiError:
+        return [f"{reasons[0]}; no longer a readable Parquet file"]
+    if content_digest(table) == rec["content_digest"]:
+        return [f"{reasons[0]}; table content identical (re-encoded only)"]
+    return [f"{reasons[0]}; table content changed (rows {rec.get('rows')} -> {table.num_rows})"]
+
+
+def _stray(path: Path, manifest: Mapping[str, Any], located: Mapping[str, list[tuple[dict[str, Any], Path]]]) -> list[str]:
+    """Files in the stage folder that the manifest does not declare, symbolic links, and outputs
+    recorded outside the folder. A sub-folder with its own manifest is another stage (a shard)."""
+    folder = path.absolute().parent
+    reasons = [f"output {rec['path']} is recorded outside the stage folder {folder}"
+               for rec, where in located["outputs"] if folder not in where.parents]
+    declared = {path.absolute()}
+    for rec, where in located["outputs"] + located["inputs"]:
+        declared.add(where)
+        declared.update(where / rel for rel in rec.get("files", {}) if rec.get("kind") == "dir")
+    for dirpath, dirs, files in os.walk(folder):
+        here = Path(dirpath)
+        for name in sorted(dirs):
+            if (here / name).is_symlink():
+                reasons.append(f"{(here / name).relative_to(folder)}: a symbolic link in the stage folder")
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink() and not (here / d / MANIFEST_NAME).exists())
+        for name in sorted(files):
+            file = here / name
+            if file.is_symlink():
+                reasons.append(f"{file.relative_to(folder)}: a symbolic link in the stage folder")
+            elif file not in declared:
+                reasons.append(f"{file.relative_to(folder)}: undeclared file in the stage folder (the manifest "
+                               "lists it neither as an output nor as an input)")
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -189,11 +201,19 @@ def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path
         out.append(Finding(ERROR, where, "manifest", f"digest mismatch (recorded {manifest['digest']}, "
                            f"computed {digest}): the manifest was edited after it was written"))
     stage_dir = manifest["stage_dir"]
+    located: dict[str, list[tuple[dict[str, Any], Path]]] = {}
     for role in ("outputs", "inputs"):
+        located[role] = []
         for rec in manifest[role]:
+            if ".." in PurePosixPath(rec["path"]).parts:
+                out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", "recorded path contains '..'"))
+                continue
             where_now = resolve_recorded(rec["path"], path, stage_dir, project_root)
+            located[role].append((dict(rec), Path(os.path.abspath(where_now))))
             for reason in _check_file(rec, where_now):
                 out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", reason))
+    out.extend(Finding(ERROR, where, "stage folder", reason) for reason in _stray(path, manifest, located))
+    out.extend(Finding(ERROR, where, "upstream", reason) for reason in upstream_links(path, manifest))
     out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state))
     return out
 
@@ -244,14 +264,17 @@ def verify_main(argv: list[str] | None = None) -> int:
     findings = verify(args.results, args.project_root)
     manifests = find_manifests(args.results) if args.results.exists() else []
     errors = sum(f.level == ERROR for f in findings)
+    base = args.results if args.results.is_dir() else args.results.parent
+    root = root_digest(manifests, base) if manifests and not errors else None
     if args.json:
-        report = {"manifests": [m.as_posix() for m in manifests], "errors": errors,
+        report = {"manifests": [m.as_posix() for m in manifests], "errors": errors, "root_digest": root,
                   "findings": [asdict(f) for f in findings]}
         print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
     else:
         for finding in findings:
             print(finding.text())
         print(f"verified {len(manifests)} manifest(s): {errors} error(s), {len(findings) - errors} notice(s)")
+        print(f"root digest: {root}" if root else "root digest: none (the run does not verify)")
     return 1 if errors else 0
 
 

@@ -3,7 +3,8 @@
 ``results/<stage>/manifest.json`` lets a reviewer re-verify a run without rerunning it
 (``int8alibi verify``) and explain why two runs differ (``int8alibi diff``). Its ``digest``
 covers everything except timestamps, so an edit to the manifest itself is detectable and two
-manifests of identical runs have the same digest.
+manifests of identical runs have the same digest. ``upstream`` records the digests of the manifests
+its inputs came from (``int8alibi.provenance.chain``), so the last manifest commits to the whole run.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from .hashing import (canonical_json, listing_digest, package_digest, sha256_byt
 from .parquet import content_digest, read_arrow, schema_digest
 
 MANIFEST_NAME = "manifest.json"
-FORMAT = "int8alibi-manifest/1"
+FORMAT = "int8alibi-manifest/2"  # /2: adds ``upstream`` (the manifest chain)
 TIMESTAMP_KEYS = ("recorded_at",)
 REQUIRED_KEYS = ("format", "stage", "stage_dir", "outputs", "inputs", "params", "protocol", "code",
-                 "environment", "arms", "exploratory", "extra", "digest")
+                 "environment", "arms", "exploratory", "extra", "upstream", "digest")
 
 PathLike = str | os.PathLike[str]
 
@@ -124,6 +125,8 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
     relative to it. Every output and input must exist. ``device`` (torch.device or config
     string, None = auto) is the device whose facts go into the environment record.
     """
+    from .chain import upstream_of  # chain reads manifests with this module's loader
+
     out_dir = Path(stage_dir)
     manifest_path = out_dir / MANIFEST_NAME
     root = Path(protocol_root).resolve().parent
@@ -133,13 +136,20 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
         if not isinstance(arm, Mapping):
             raise ManifestError(f"{manifest_path}: arms[{i}] must be a mapping of evidence, "
                                 f"got {type(arm).__name__}")
+    inputs = dict(inputs) if isinstance(inputs, Mapping) else list(inputs)
+    input_records = _records(inputs, root, tables=False, role="input", manifest_path=manifest_path)
+    by_path = {r["path"]: r for r in input_records}
+    input_paths = inputs.values() if isinstance(inputs, Mapping) else inputs
+    upstream = upstream_of([(Path(p), by_path[record_path(p, root)]) for p in input_paths], out_dir,
+                           lambda m: record_path(m, root))
     env = environment.collect(device, root)
     body: dict[str, Any] = {
         "format": FORMAT,
         "stage": stage,
         "stage_dir": record_path(out_dir, root),
         "outputs": _records(outputs, root, tables=True, role="output", manifest_path=manifest_path),
-        "inputs": _records(inputs, root, tables=False, role="input", manifest_path=manifest_path),
+        "inputs": input_records,
+        "upstream": upstream,
         "params": _plain(dict(params), "params", manifest_path),
         "protocol": {"root": record_path(protocol_root, root),
                      "pins": _plain(protocol_pins(root), "protocol pins", manifest_path)},
@@ -167,10 +177,23 @@ def load_manifest(path: PathLike) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{p}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ManifestError(f"{p}: not an {FORMAT} manifest")
+        older = isinstance(data, dict) and data.get("format") == "int8alibi-manifest/1"
+        raise ManifestError(f"{p}: not an {FORMAT} manifest" + (
+            " (written before manifests recorded their upstream manifests; rerun the stage)" if older else ""))
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise ManifestError(f"{p}: manifest lacks key(s) {missing}")
+    for key in ("stage", "stage_dir", "digest"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise ManifestError(f"{p}: {key} must be a non-empty string")
+    if not isinstance(data["protocol"], dict):
+        raise ManifestError(f"{p}: protocol must be a mapping")
+    for role, needs in (("outputs", ("path", "sha256")), ("inputs", ("path", "sha256")),
+                        ("upstream", ("manifest", "digest"))):
+        records = data[role]
+        if not isinstance(records, list) or not all(
+                isinstance(r, dict) and all(isinstance(r.get(k), str) and r[k] for k in needs) for r in records):
+            raise ManifestError(f"{p}: {role} must be a list of records, each with string {' and '.join(needs)}")
     return data
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 from .. import portable
 from ..config import Config, load_config
 from ..errors import Int8AlibiError
+from ..provenance.chain import verify_input
 
 log = logging.getLogger("int8alibi")
 
@@ -33,7 +34,8 @@ def _module_name(run: Callable[..., None]) -> str:
 def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """Parse ``--config``, ``--set k=v`` (repeatable), ``--out`` and ``--input name=path``; run the stage.
 
-    A failure prints one line naming what failed and exits 1; the stage writes nothing partial
+    Every ``--input`` lying in another stage's folder is first checked against that stage's
+    manifest (``provenance.chain.verify_input``). A failure prints one line naming what failed and exits 1; the stage writes nothing partial
     because every writer goes through a temporary file and a rename. Every stage computes under
     the portable CPU settings (``int8alibi.portable``): started without them, it re-executes itself
     with them; if they still do not hold, it stops before computing anything.
@@ -57,6 +59,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         cfg: Config = load_config(args.config, args.set)
         inputs = dict(item.split("=", 1) for item in args.input)
         params = dict(item.split("=", 1) for item in args.param)
+        for path in inputs.values():  # another stage's files are read only as its manifest records them
+            verify_input(Path(path), own_dir=args.out)
         args.out.mkdir(parents=True, exist_ok=True)
         run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
     except Int8AlibiError as exc:

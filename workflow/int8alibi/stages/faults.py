@@ -31,6 +31,7 @@ from ..faults import CampaignSettings, run_campaign
 from ..faults.sources import LayerSelection, OperandSource
 from ..kernels.base import arm_evidence
 from ..protocol import load
+from ..provenance.chain import verify_input
 from ..provenance.manifest import load_manifest, write_manifest
 from ..provenance.parquet import read_table, write_table
 from ..decisions import DECISIONS_KEY, DECISIONS_SCHEMA
@@ -144,6 +145,8 @@ def gather(cfg: Config, out_dir: Path, shards: Sequence[Path], project_root: str
     if not shards:
         raise InputError("faults gather: no shard directories given")
     dirs = [Path(s) for s in shards]
+    for shard in dirs:  # each shard read only as its manifest records it
+        verify_input(shard, own_dir=out_dir)
     shared = [_shared_params(d) for d in dirs]
     for shard, params in zip(dirs[1:], shared[1:]):
         if params != shared[0]:
