@@ -128,3 +128,65 @@ def ulp_bucket(value: object) -> str:
     if v <= 1:
         return str(max(v, 0))
     return "2–15" if v < 16 else "16–255" if v < 256 else "256–4095" if v < 4096 else "≥4096"
+
+
+def line_chart(title: str, series: dict[str, Sequence[tuple[float, float, float, float]]], *, x_label: str,
+               y_label: str, log_y: bool = False, note: str = "", hollow: Sequence[str] = ()) -> str:
+    """Lines over a log2 x axis; each point is (x, y, low, high) with a vertical bar from low to high.
+
+    On a log y axis, points whose y is not positive cannot be drawn: they are left out and counted
+    in the legend, never moved. Series named in ``hollow`` are drawn as open markers, unjoined.
+    """
+    height, left, right, top, bottom = 330.0, 70.0, WIDTH - 150.0, 30.0, 280.0
+    drawn = {name: [p for p in pts if math.isfinite(p[1]) and (p[1] > 0 or not log_y)] for name, pts in series.items()}
+    xs = [p[0] for pts in drawn.values() for p in pts] or [1.0, 2.0]
+    ys = [v for pts in drawn.values() for p in pts for v in p[1:] if math.isfinite(v) and (v > 0 or not log_y)]
+    ys = ys or [1.0]
+    fy = (lambda v: math.log10(v)) if log_y else (lambda v: v)
+    x0, x1 = math.log2(min(xs)), math.log2(max(xs))
+    y0, y1 = fy(min(ys)), fy(max(ys))
+    if log_y:
+        y0, y1 = math.floor(y0), math.ceil(y1)
+    else:
+        y0, y1 = min(0.0, y0), y1 * 1.05 if y1 > 0 else 1.0
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+
+    def sx(v: float) -> float:
+        return left + (right - left) * (math.log2(v) - x0) / (x1 - x0)
+
+    def sy(v: float) -> float:
+        return bottom - (bottom - top) * (fy(max(v, min(ys))) - y0) / (y1 - y0)
+
+    body = [f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#333"/>',
+            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#333"/>']
+    for x in sorted(set(xs)):
+        body.append(f'<text x="{_num(sx(x))}" y="{bottom + 14}" font-size="10" text-anchor="middle">{_num(x)}</text>')
+    ticks = [10.0 ** e for e in range(int(y0), int(y1) + 1)] if log_y else [y0 + (y1 - y0) * i / 4 for i in range(5)]
+    for t in ticks:
+        label = f"{t:.0e}" if log_y else _num(t)
+        body.append(f'<line x1="{left - 3}" y1="{_num(sy(t))}" x2="{right}" y2="{_num(sy(t))}" stroke="#eee"/>')
+        body.append(f'<text x="{left - 5}" y="{_num(sy(t) + 3)}" font-size="10" text-anchor="end">{label}</text>')
+    body.append(f'<text x="{_num((left + right) / 2)}" y="{bottom + 30}" font-size="11" text-anchor="middle">'
+                f'{escape(x_label)}</text>')
+    body.append(f'<text x="14" y="{_num((top + bottom) / 2)}" font-size="11" text-anchor="middle" '
+                f'transform="rotate(-90 14 {_num((top + bottom) / 2)})">{escape(y_label)}</text>')
+    for j, (name, pts) in enumerate(drawn.items()):
+        color = PALETTE[j % len(PALETTE)]
+        fill = "white" if name in hollow else color
+        if pts and name not in hollow:
+            path = " ".join(f"{_num(sx(p[0]))},{_num(sy(p[1]))}" for p in pts)
+            body.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        for x, y, lo, hi in pts:
+            if math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or not log_y):
+                body.append(f'<line x1="{_num(sx(x))}" y1="{_num(sy(lo))}" x2="{_num(sx(x))}" y2="{_num(sy(hi))}" '
+                            f'stroke="{color}"/>')
+            body.append(f'<circle cx="{_num(sx(x))}" cy="{_num(sy(y))}" r="3.5" fill="{fill}" stroke="{color}">'
+                        f'<title>{escape(f"{name}: K={_num(x)}, {y:.4g}")}</title></circle>')
+        left_out = len(series[name]) - len(pts)
+        text = name + (f" ({left_out} not drawn: zero)" if left_out else "")
+        ly = top + 4 + j * 16
+        body.append(f'<circle cx="{right + 12}" cy="{ly}" r="4" fill="{fill}" stroke="{color}"/>')
+        body.append(f'<text x="{right + 20}" y="{ly + 4}" font-size="10">{escape(text)}</text>')
+    if note:
+        body.append(f'<text x="{left}" y="{height - 6}" font-size="10" fill="#555">{escape(note)}</text>')
+    return _frame(height, title, body)

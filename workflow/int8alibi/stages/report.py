@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import Config
 from ..protocol import load
 from ..provenance.manifest import write_manifest
-from ..report import document, sections, summary
+from ..report import document, ksweep, sections, summary
 from . import log, stage_main
 
 
@@ -51,6 +51,7 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     doc.add(document.Heading("This run"), document.Paragraph(f"Model source: {cfg['model']['source']}; {_resolution(cfg)}."))
     for section in sections.SECTIONS:
         doc.add(*section(tables))
+    doc.add(*ksweep.section(tables, protocol.ksweep["paper"]))
     doc.add(*sections.stage_times(tables, benchmarks))
     written = document.write(doc, out_dir)
     # the cross-model view reads reports, never the other way round
