@@ -72,3 +72,23 @@ def test_every_claim_has_a_row_and_an_unknown_measure_is_refused(tmp_path: Path)
     assert paper_value(CLAIMS["check5-false-positive-original"]) == "55.76%"
     with pytest.raises(ProtocolError, match="paper.yaml: claim x: unknown measure 'nothing.here'"):
         measure({**CLAIMS["cells"], "id": "x", "measure": "nothing.here"}, Tables(tmp_path), PROTOCOL)
+
+
+def test_probe_and_prefill_decode_measures(tmp_path: Path) -> None:
+    tables = Tables(tmp_path)
+    assert measure(CLAIMS["prefill-decode-flips-probe"], tables, PROTOCOL).why == (
+        "not applicable: prefill_decode/prefill_decode.parquet was not produced")
+    _write(tmp_path, "determinism/agreement.parquet", pd.DataFrame({
+        "checkpoint": ["own", "probe", "probe"], "comparison": ["arms"] * 3, "prompt": [0, 0, 1],
+        "identical": [False, True, False]}))
+    agree = measure(CLAIMS["probe-arms-agree"], tables, PROTOCOL)
+    assert (agree.text, agree.holds) == ("1/2 sequences identical across arms", False)
+    _write(tmp_path, "prefill_decode/prefill_decode.parquet", pd.DataFrame({
+        "checkpoint": ["own", "own", "probe", "probe"], "arm": ["a", "b", "a", "b"], "flips": [3, 1, 0, 0],
+        "positions": [40, 40, 40, 40], "flip_rate": [0.075, 0.025, 0.0, 0.0], "flip_rate_low": [0.0, 0.0, 0.0, 0.0],
+        "flip_rate_high": [0.15, 0.05, 0.0, 0.0], "level": [0.9] * 4}))
+    own = measure(CLAIMS["prefill-decode-flips-real"], tables, PROTOCOL)
+    assert own.number == pytest.approx(5.0) and own.text.startswith("a 3/40 (7.5%, 90% interval 0.0–15.0%); b 1/40")
+    probe = measure(CLAIMS["prefill-decode-flips-probe"], tables, PROTOCOL)
+    assert probe.number == 0.0
+    assert verdict(CLAIMS["prefill-decode-flips-probe"], probe, "SmolLM2-135M").startswith("no verdict: measured on")

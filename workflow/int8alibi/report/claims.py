@@ -128,6 +128,28 @@ def _d1(t: Tables, definition: str) -> Measured:
     return Measured(text, holds=not bool(r["triggered"]), source=rel)
 
 
+def _probe_arms_agree(t: Tables, definition: str) -> Measured:
+    df, rel = _table(t, "determinism/agreement.parquet", ("checkpoint", "comparison", "identical"))
+    rows = df[(df["checkpoint"] == "probe") & (df["comparison"] == "arms")]
+    if rows.empty:
+        return _na(f"{rel} has no probe rows (generated before the probe joined determinism: rerun it)")
+    same = int(rows["identical"].sum())
+    return Measured(f"{same}/{len(rows)} sequences identical across arms", float(same), holds=same == len(rows),
+                    source=rel)
+
+
+def _prefill_decode(t: Tables, checkpoint: str) -> Measured:
+    """The flip rate over both arms' generated positions (the paper's is one arm's); each arm's in the text."""
+    df, rel = _table(t, "prefill_decode/prefill_decode.parquet", ("checkpoint", "arm", "flips", "positions"))
+    rows = df[df["checkpoint"] == checkpoint]
+    if rows.empty:
+        return _na(f"{rel} has no {checkpoint} rows")
+    parts = [f"{r.arm} {r.flips:,}/{r.positions:,} ({100 * r.flip_rate:.1f}%, {100 * r.level:.0f}% interval "
+             f"{100 * r.flip_rate_low:.1f}–{100 * r.flip_rate_high:.1f}%)" for r in rows.itertuples()]
+    rate = 100 * float(rows["flips"].sum()) / float(rows["positions"].sum())
+    return Measured("; ".join(parts), rate, source=rel)
+
+
 def _matrix_counts(which: str, protocol: Any) -> Measured:
     c = protocol.counts(which)
     return Measured(f"{c['fire']}/{c['silent']}/{c['n/a']}, {c['predicted_miss']} misses", source="preregistration")
@@ -140,6 +162,7 @@ SIMPLE: dict[str, Callable[[Tables, str], Measured]] = {
     "pow2_layers_identical": _pow2_identical,
     "hypothesis_h1": _hypothesis,
     "d1_not_triggered": _d1,
+    "determinism_probe_identical": _probe_arms_agree,
 }
 
 
@@ -160,6 +183,8 @@ def _measure(claim: Mapping[str, Any], t: Tables, protocol: Any) -> Measured:
         return _totals(t, definition, parts[1])
     if parts[0] == "scorecard" and len(parts) == 4 and parts[2].isdigit():
         return _scorecard(t, definition, parts[1], int(parts[2]), parts[3])
+    if parts[0] == "prefill_decode" and len(parts) == 3 and parts[2] == "flip_rate":
+        return _prefill_decode(t, parts[1])
     if parts[0] == "matrix_counts" and len(parts) == 2 and parts[1] in ("corrected", "original"):
         measured = _matrix_counts(parts[1], protocol)
         return Measured(measured.text, holds=measured.text == str(claim["value"]), source=measured.source)
