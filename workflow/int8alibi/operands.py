@@ -220,6 +220,13 @@ def synthetic_layers(
     for layer, block, proj, k, n in shapes.layers():
         if blocks is not None and block >= blocks:
             break
-        a_q, s_a = _activations(m, k, _generator(seed, layer, "activations", m))
-        w_q, s_w = _weights(n, k, _generator(seed, layer, "weights"))
-        yield Operands(layer, block, proj, a_q.to(device), s_a.to(device), w_q.to(device), s_w.to(device))
+        yield synthetic_layer(layer, block, proj, k, n, m, seed, device)
+
+
+def synthetic_layer(layer: str, block: int, proj: str, k: int, n: int, m: int, seed: int,
+                    device: torch.device | str = "cpu") -> Operands:
+    """One layer of ``synthetic_layers`` (a row of ``ModelShapes.layers()``): its own generators,
+    so layers can be made in any order or in parallel with the same bytes."""
+    a_q, s_a = _activations(m, k, _generator(seed, layer, "activations", m))
+    w_q, s_w = _weights(n, k, _generator(seed, layer, "weights"))
+    return Operands(layer, block, proj, a_q.to(device), s_a.to(device), w_q.to(device), s_w.to(device))

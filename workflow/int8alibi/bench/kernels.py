@@ -3,7 +3,9 @@
 On a GPU the baseline is ``torch._int_mm`` (cuBLASLt int8 GEMM, int32 out, no epilogue): each arm's
 achieved TOPS (2·M·N·K integer operations per second) and its throughput ratio to that baseline,
 timed with CUDA events after a warmup, over CUDA-graph replays (GPU time; the eager time with
-Python launch overhead is recorded too). Every timed GPU output is first compared bit for bit
+Python launch overhead is recorded too), and the per-call time a stage pays (CUDA events around
+one Python call on an idle device, host work included) with its ratio to ``_int_mm``'s per-call
+time (``call x``). Every timed GPU output is first compared bit for bit
 with its emulation (exit 1 if any differs), so a fast configuration cannot be a wrong one. On CPU
 the exact emulation is timed against a plain float64 matmul of the same shape (the cost of
 exactness). The same operands are reused call after call, for every arm alike (a warm L2 cache
@@ -80,6 +82,23 @@ def time_cuda(fn: Callable[[], object], warmup: int, iters: int, reps: int = 5) 
     return result, captured
 
 
+def time_call(fn: Callable[[], object], warmup: int, iters: int) -> float:
+    """Seconds of one Python call as a stage pays it, host work included: the median over ``iters``
+    calls of CUDA events recorded just before the call and just after it returns, on an idle device."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
 def time_cpu(fn: Callable[[], object], warmup: int, iters: int) -> float:
     """Median seconds per call over ``iters`` calls (wall clock)."""
     for _ in range(warmup):
@@ -122,6 +141,7 @@ def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, 
         for op in _operands(args, m, device):
             ops = 2 * op.m * op.n * op.k
             base, _ = time_cuda(lambda: int_mm_accumulator(op.a_q, op.w_q), args.warmup, args.iters)
+            base_call = time_call(lambda: int_mm_accumulator(op.a_q, op.w_q), args.warmup, args.iters)
             timed = [(arm.name, None, lambda arm=arm: arm.scaled_mm(op.a_q, op.w_q, op.s_a, op.s_w)) for arm in arms]
             if args.sweep_triton:
                 from ..kernels.triton_arm import SWEEP_CONFIGS, TritonArm
@@ -134,6 +154,7 @@ def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, 
             for name, cfg, fn in timed:
                 exact = compare_bf16(reference[EMULATION_OF[name]], fn()).differing == 0
                 t, captured = time_cuda(fn, args.warmup, args.iters)
+                call = time_call(fn, args.warmup, args.iters)
                 rows.append({
                     "arm": name, "config": asdict(cfg) if cfg else None, "m": op.m, "k": op.k, "n": op.n,
                     "seconds": t["graph"], "tops": ops / t["graph"] / 1e12, "baseline": "torch._int_mm",
@@ -141,6 +162,7 @@ def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, 
                     "ratio": base["graph"] / t["graph"],
                     "timing": "cuda-graph replay" if captured else "eager (capture failed)",
                     "eager_seconds": t["eager"], "baseline_eager_seconds": base["eager"],
+                    "call_seconds": call, "baseline_call_seconds": base_call, "call_ratio": call / base_call,
                     "bits_equal_emulation": exact,
                 })
     return rows
@@ -188,15 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"int8alibi bench kernels: {exc}", file=sys.stderr)
         return 1
     print(f"{'arm':<20} {'M':>4} {'K':>6} {'N':>6} {'us':>9} {'TOPS':>8} {'baseline':<15} {'base us':>8} "
-          f"{'ratio':>6}  config")
+          f"{'ratio':>6} {'call us':>8} {'base call':>9} {'call x':>6}  config")
     for r in rows:
         if r["config"]:
             cfg = "/".join(str(v) for v in r["config"].values())
         else:
             cfg = "table" if r["arm"] == "triton" else ""
         bits = "  BITS DIFFER FROM EMULATION" if r.get("bits_equal_emulation") is False else ""
+        call = (f"{r['call_seconds'] * 1e6:>8.2f} {r['baseline_call_seconds'] * 1e6:>9.2f} {r['call_ratio']:>6.2f}"
+                if "call_seconds" in r else f"{'-':>8} {'-':>9} {'-':>6}")
         print(f"{r['arm']:<20} {r['m']:>4} {r['k']:>6} {r['n']:>6} {r['seconds'] * 1e6:>9.2f} {r['tops']:>8.2f} "
-              f"{r['baseline']:<15} {r['baseline_seconds'] * 1e6:>8.2f} {r['ratio']:>6.3f}  {cfg}{bits}")
+              f"{r['baseline']:<15} {r['baseline_seconds'] * 1e6:>8.2f} {r['ratio']:>6.3f} {call}  {cfg}{bits}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(

@@ -8,6 +8,7 @@ which library versions, on which device, and whether it was an emulation rather 
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -115,6 +116,37 @@ def check_device(t: torch.Tensor, device: torch.device, who: str) -> None:
     """Operands must live where the arm's evidence says it runs, so the evidence cannot lie."""
     if t.device.type != device.type:
         raise InputError(f"{who}: operands are on {t.device} but this arm was selected for {device}")
+
+
+class OperandCheckCache:
+    """Remembers which operand sets an arm has validated, by their metadata alone.
+
+    Every check an arm makes (dtype, rank, shapes, device, divisibility) reads only metadata, so an
+    operand set seen before with the same storage, shape, strides, dtype and device passes again
+    without the Python work: a stage calling one layer many times pays for validation once.
+    """
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[object, ...], None] = {}
+
+    @staticmethod
+    def key(tensors: tuple[torch.Tensor, ...]) -> tuple[object, ...] | None:
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            return None
+        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+
+    def once(self, tensors: tuple[torch.Tensor, ...], check: Callable[[], None]) -> None:
+        """Run ``check`` unless these operands passed it before (a failing check is never remembered)."""
+        key = self.key(tensors)
+        if key is not None and key in self._seen:
+            return
+        check()
+        if key is not None:
+            if len(self._seen) >= self.SIZE:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[key] = None
 
 
 def check_multiple(value: int, of: int, what: str, who: str) -> None:

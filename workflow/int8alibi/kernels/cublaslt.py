@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
+from .base import OperandCheckCache, arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
 from .exact import epilogue
 
 INT_MM_MIN_ROWS = 17  # torch._int_mm needs M > 16 on CUDA
@@ -38,6 +38,7 @@ class CublasLtArm:
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = as_device(device)
+        self._checked = OperandCheckCache()
 
     def available(self) -> tuple[bool, str]:
         if self.device.type != "cuda":
@@ -53,19 +54,28 @@ class CublasLtArm:
         check_multiple(n, 8, "N", self.name)
 
     def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-        self._check(a_q, w_q)
+        self._checked.once((a_q, w_q), lambda: self._check(a_q, w_q))
         return int_mm_accumulator(a_q, w_q)
 
     def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-        check_operands(a_q, w_q, s_a, s_w, self.name)
-        self._check(a_q, w_q)
-        return epilogue(int_mm_accumulator(a_q, w_q), s_a, s_w, "cutlass")
+        def check() -> None:
+            check_operands(a_q, w_q, s_a, s_w, self.name)
+            self._check(a_q, w_q)
+
+        self._checked.once((a_q, w_q, s_a, s_w), check)
+        acc = int_mm_accumulator(a_q, w_q)
+        if self.device.type == "cuda":  # one fused Triton kernel; the torch-op emulation elsewhere
+            from .triton_arm import cutlass_epilogue
+
+            return cutlass_epilogue(acc, s_a.contiguous(), s_w.contiguous())
+        return epilogue(acc, s_a, s_w, "cutlass")
 
     def evidence(self) -> dict[str, object]:
         return arm_evidence(
             self.name,
             "torch._int_mm (cuBLASLt int8 GEMM, int32 output; M padded to >= 17 with zero rows) + "
-            "float32 epilogue s_a*(s_w*f32(acc)), bf16 round-to-nearest-even on integer bits",
+            "float32 epilogue s_a*(s_w*f32(acc)), bf16 round-to-nearest-even on integer bits, "
+            "as one Triton kernel (int8alibi.kernels.triton_arm.cutlass_epilogue)",
             self.device,
             is_emulation=False,
             epilogue_order="cutlass",

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .base import arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
+from .base import OperandCheckCache, arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,36 @@ def _w8a8_kernel(
         tl.store(out_ptrs, acc, mask=in_out)
 
 
+@triton.jit
+def _cutlass_epilogue_kernel(acc_ptr, sa_ptr, sw_ptr, out_ptr, M, N, stride_am, stride_om,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The CUTLASS-order epilogue over an int32 accumulator: ``bf16_rne(s_a · (s_w · f32(acc)))``."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rows = offs_m.to(tl.int64)
+    acc = tl.load(acc_ptr + rows[:, None] * stride_am + offs_n[None, :], mask=inside, other=0)
+    s_a = tl.load(sa_ptr + offs_m, mask=offs_m < M, other=0.0)
+    s_w = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
+    y = s_a[:, None] * (s_w[None, :] * acc.to(tl.float32))
+    tl.store(out_ptr + rows[:, None] * stride_om + offs_n[None, :], _bf16_rne_bits(y), mask=inside)
+
+
+EPILOGUE_BLOCK = (32, 128)
+
+
+def cutlass_epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    """``kernels.exact.epilogue(acc, s_a, s_w, "cutlass")`` as one Triton kernel (one read of the
+    accumulator): the same two float32 multiplies in the same order and the same bf16 rounding on
+    integer bits. The caller checks shapes, dtypes and devices."""
+    m, n = acc.shape
+    out = torch.empty((m, n), dtype=torch.int16, device=acc.device)
+    grid = (triton.cdiv(m, EPILOGUE_BLOCK[0]), triton.cdiv(n, EPILOGUE_BLOCK[1]))
+    _cutlass_epilogue_kernel[grid](acc, s_a, s_w, out, m, n, acc.stride(0), out.stride(0),
+                                   BLOCK_M=EPILOGUE_BLOCK[0], BLOCK_N=EPILOGUE_BLOCK[1])
+    return out.view(torch.bfloat16)
+
+
 def interpreted() -> bool:
     """Whether the kernel was defined under ``TRITON_INTERPRET=1`` (runs on CPU tensors in numpy)."""
     return type(_w8a8_kernel).__name__ == "InterpretedFunction"
@@ -178,6 +208,7 @@ class TritonArm:
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = as_device(device)
+        self._checked = OperandCheckCache()
 
     def available(self) -> tuple[bool, str]:
         if self.device.type == "cuda":
@@ -197,15 +228,18 @@ class TritonArm:
         check_multiple(n, 16, "N", self.name)
 
     def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor, config: TileConfig | None = None) -> torch.Tensor:
-        self._check(a_q, w_q)
+        self._checked.once((a_q, w_q), lambda: self._check(a_q, w_q))
         return _launch(a_q, w_q, None, None, config)
 
     def scaled_mm(
         self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
         config: TileConfig | None = None,
     ) -> torch.Tensor:
-        check_operands(a_q, w_q, s_a, s_w, self.name)
-        self._check(a_q, w_q)
+        def check() -> None:
+            check_operands(a_q, w_q, s_a, s_w, self.name)
+            self._check(a_q, w_q)
+
+        self._checked.once((a_q, w_q, s_a, s_w), check)
         return _launch(a_q, w_q, s_a, s_w, config)
 
     def evidence(self) -> dict[str, object]:
