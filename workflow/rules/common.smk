@@ -136,13 +136,15 @@ def stage_cmd(stage, out, extra=""):
     return f"python -m int8alibi.stages.{stage} --config {{RUN_CONFIG:q}} --out {qpath(out)} {q(extra)}".rstrip()
 
 
-# What the report reads (and so the target of `all`): every stage's manifest.
+# What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
+# only: part of the run when the device resolves to CUDA, else left out (the report says so).
 STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens"]
 REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
 
 
 def final_targets():
     return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html"]
+STAGES_IN_RUN += ["ksweep"] if use_gpu(RUN) else []
 
 
 def software_env(gpu_capable=False):
