@@ -210,6 +210,37 @@ def _check_planned(data: Mapping[str, Any], path: Path) -> None:
                          f"Snakemake planned this run on host {host}; set it and run snakemake again")
 
 
+# At most this many values (mappings, lists, scalars) in a config: a real one has about fifty.
+MAX_NODES = 10_000
+
+
+def check_bounded(data: Any, source: str) -> None:
+    """Refuse a config whose values share a container (a YAML alias, expanded by any walk) or that
+    holds more than ``MAX_NODES`` values, before anything walks it (validation, digests, dumps)."""
+    seen: set[int] = set()
+    stack, count = [data], 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise InputError(f"{source}: more than {MAX_NODES} values; a config is small")
+        if isinstance(node, (Mapping, list, tuple)):
+            if id(node) in seen:
+                raise InputError(f"{source}: a value is repeated by reference (a YAML alias); anchors and aliases "
+                                 "are not allowed in a config")
+            seen.add(id(node))
+            stack.extend(node.values() if isinstance(node, Mapping) else node)
+
+
+def command_line_booleans(config: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Read ``--config key=true`` / ``=false`` (YAML's spelling, which Snakemake leaves a string) as a
+    boolean for the keys the schema types boolean; Snakemake itself converts only True/False."""
+    schema = strict_yaml.read(SCHEMA_PATH)["properties"]
+    for key, value in overrides.items():
+        if schema.get(key, {}).get("type") == "boolean" and value in ("true", "false") and config.get(key) == value:
+            config[key] = value == "true"
+
+
 def validate(data: Mapping[str, Any], source: str) -> None:
     """Raise InputError naming the file and the first schema violation."""
     schema = strict_yaml.read(SCHEMA_PATH)

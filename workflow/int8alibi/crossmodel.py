@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from .config import load_config
+from .config import CURRENT, current_run_config, load_config
 from .errors import InputError
 from .provenance.hashing import sha256_file
 from .report.claims import measure, paper_value
@@ -40,9 +40,10 @@ MODELS_KEY = ["claim", "run"]
 
 
 def check_run(folder: Path) -> Path:
-    """The run config of a finished run folder; refuse a folder without one or without its report."""
+    """The run config of a finished run folder (the one its last executing run used, ``.run/current``);
+    refuse a folder without one or without its report."""
     folder = Path(folder)
-    config = folder / ".run" / "config.yaml"
+    config = current_run_config(folder) or folder / ".run" / CURRENT
     for needed in (config, folder / "report" / "manifest.json"):
         if not needed.is_file():
             raise InputError(f"{folder}: not a finished run ({needed.relative_to(folder)} is missing); run its "

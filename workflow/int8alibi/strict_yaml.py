@@ -79,9 +79,9 @@ def parse(text: str, source: str, error: type[Exception] = InputError) -> Any:
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise error(f"{source}: not accepted as YAML: {exc}") from None
+        raise error(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:
-        raise error(f"{source}: not accepted as YAML: nested too deeply") from None
+        raise error(f"{source}: not valid YAML: nested too deeply") from None
 
 
 def read(path: str | Path, source: str | None = None, error: type[Exception] = InputError) -> Any:

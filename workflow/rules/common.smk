@@ -23,6 +23,8 @@ put_interpreter_on_path()
 
 from int8alibi import strict_yaml
 from int8alibi.config import (
+    check_bounded,
+    command_line_booleans,
     earlier_plan,
     expand_env,
     results_dir,
@@ -53,6 +55,8 @@ def _stop(exc):
 try:
     for _configfile in workflow.configfiles:
         strict_yaml.read(_configfile)
+    check_bounded(config, "config (after --configfile/--config)")
+    command_line_booleans(config, workflow.config_settings.overwrite_config)
     validate(config, "config (after --configfile/--config)")
     # a relative path inside the checkout (symlinks resolved), or under --config results_root=/abs
     RESULTS = results_dir(config, ROOT, "config (after --configfile/--config)")
@@ -139,12 +143,12 @@ def stage_cmd(stage, out, extra=""):
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
 STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens"]
+STAGES_IN_RUN += ["ksweep"] if use_gpu(RUN) else []
 REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
 
 
 def final_targets():
     return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html"]
-STAGES_IN_RUN += ["ksweep"] if use_gpu(RUN) else []
 
 
 def software_env(gpu_capable=False):

@@ -1,7 +1,8 @@
 """Strict YAML reading and JSON-schema validation of protocol and amendment files.
 
-Pinned files must mean one thing: a duplicated mapping key (which plain YAML silently resolves to
-the last value) is an error, and dates stay strings so a file reads the same on every machine.
+Pinned files must mean one thing and cost little to read: they are parsed by ``int8alibi.strict_yaml``
+(no anchors or aliases, no duplicate keys, bounded size and depth, dates stay strings), so an alias
+bomb in an untracked amendment is a named ProtocolError, not a MemoryError.
 """
 
 from __future__ import annotations
@@ -11,50 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
+from .. import strict_yaml
 from ..errors import ProtocolError
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "protocol"
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and does not turn dates into datetime objects."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text strictly; ``source`` names the file in any error."""
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ProtocolError(f"{source}: not valid YAML: {exc}") from None
+    return strict_yaml.parse(text, source, ProtocolError)
 
 
 def read_yaml(path: Path, source: str | None = None) -> Any:
     """Read and strictly parse one YAML file."""
-    name = source or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProtocolError(f"{name}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"{name}: not UTF-8 text: {exc}") from None
-    return parse_yaml(text, name)
+    return strict_yaml.read(path, source, ProtocolError)
 
 
 @cache
