@@ -20,8 +20,8 @@ include: "workflow/rules/determinism.smk"
 include: "workflow/rules/prefill_decode.smk"
 include: "workflow/rules/perplexity.smk"
 include: "workflow/rules/tokens.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/ksweep.smk"
+include: "workflow/rules/report.smk"
 include: "workflow/rules/crossmodel.smk"
 
 
