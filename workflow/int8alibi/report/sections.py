@@ -24,6 +24,10 @@ class Tables:
     """Reads result tables under one results folder and names each one's source."""
 
     results: Path
+    claims: tuple[dict, ...] = ()   # paper.yaml's claims, for sections that quote a paper's value
+
+    def claim(self, claim_id: str) -> dict | None:
+        return next((c for c in self.claims if c["id"] == claim_id), None)
 
     def get(self, rel: str) -> tuple[pd.DataFrame, Source] | None:
         path = self.results / rel
@@ -183,6 +187,12 @@ def determinism(t: Tables) -> list[Block]:
     if got is None:
         return blocks + [_missing("determinism/summary.parquet")]
     summary, src = got
+    if "probe" in summary.columns:
+        c = t.claim("probe-arms-agree")
+        blocks.append(Paragraph(
+            f"Under the rewritten-scale probe (snapped scales, the own int8 weights kept) {summary['probe'].iloc[0]} "
+            "sequences are identical across the two arms" + ("." if c is None else
+                                                             f"; the second paper: {' '.join(c['statement'].split())}.")))
     blocks.append(Table("Identical sequences across arms, per checkpoint; self-consistency", summary, (src,)))
     agree = t.get("determinism/agreement.parquet")
     if agree is not None:
@@ -191,6 +201,48 @@ def determinism(t: Tables) -> list[Block]:
             prompts=("prompt", "size"), identical=("identical", "sum"),
             earliest_divergence=("first_divergence", "min")).reset_index()
         blocks.append(Table("Agreement per checkpoint and comparison", counts, (asrc,)))
+    return blocks
+
+
+def _paper_rate(t: Tables, claim_id: str) -> str:
+    c = t.claim(claim_id)
+    return "not registered" if c is None else f"{c['value']}%"
+
+
+def prefill_decode(t: Tables) -> list[Block]:
+    blocks: list[Block] = [Heading("Prefill versus decode on one arm")]
+    got = t.get("prefill_decode/prefill_decode.parquet")
+    if got is None:
+        return blocks + [_missing("prefill_decode/prefill_decode.parquet")]
+    table, src = got
+    seqs = t.get("prefill_decode/first_divergence.parquet")
+    sentences = []
+    for c in table["checkpoint"].unique():
+        part = table[table["checkpoint"] == c]
+        flips, positions, differ = int(part["flips"].sum()), int(part["positions"].sum()), int(
+            part["differing_positions"].sum())
+        arms = ", ".join(f"{r.arm} {100 * r.flip_rate:.1f}% ({100 * r.level:.0f}% sequence-cluster interval "
+                         f"{100 * r.flip_rate_low:.1f}–{100 * r.flip_rate_high:.1f}%)" for r in part.itertuples())
+        text = (f"{c}: {flips:,} of {positions:,} generated positions flip top-1 ({arms}); the bf16 logits differ "
+                f"in some bit at {differ:,}")
+        if seqs is not None:
+            div = seqs[0][(seqs[0]["checkpoint"] == c) & seqs[0]["diverged"]]
+            modules = div.groupby(["module", "kind"]).size().sort_values(ascending=False)
+            text += ("; no first divergence" if div.empty else
+                     f"; first diverging module in {len(div)} of {int(part['sequences'].sum())} sequences: "
+                     + ", ".join(f"{m} ({k}) in {n}" for (m, k), n in modules.items()))
+        sentences.append(text + ".")
+    blocks.append(Paragraph(
+        "Each sequence is decoded greedily with the KV cache and replayed as one prefill on the same arm; a flip is a "
+        "generated position whose top-1 token differs. " + " ".join(sentences) + " The second paper reports "
+        f"{_paper_rate(t, 'prefill-decode-flips-real')} of tokens flipping under real scales and "
+        f"{_paper_rate(t, 'prefill-decode-flips-probe')} under the probe, not attributed to a module; here the first "
+        "differing intermediate is named (every module traced at the first position whose logits differ)."))
+    blocks.append(Table("Prefill versus decode per checkpoint and arm: flips with a sequence-cluster interval",
+                        table, (src,)))
+    if seqs is not None:
+        blocks.append(Table("First diverging module per sequence (execution order; empty where nothing differs)",
+                            seqs[0], (seqs[1],)))
     return blocks
 
 
@@ -250,4 +302,4 @@ def stage_times(t: Tables, benchmarks: Path) -> list[Block]:
     return blocks + [Table("Wall time per job", frame, (src,)), total]
 
 
-SECTIONS = [run_facts, requant, agreement, faults, determinism, perplexity, tokens]
+SECTIONS = [run_facts, requant, agreement, faults, determinism, prefill_decode, perplexity, tokens]

@@ -37,7 +37,6 @@ def _resolution(cfg: Config) -> str:
 def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Path | None = None) -> None:
     results = Path(results or cfg.results)
     benchmarks = Path(benchmarks) if benchmarks else Path("benchmarks") / ("" if results.name == "results" else results.name)
-    tables = sections.Tables(results)
     exploratory = _exploratory(results)
     doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
     doc.add(document.Paragraph(
@@ -46,6 +45,7 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
         + ("EXPLORATORY run: predictions were not pinned before comparison." if exploratory
            else "predictions pinned before comparison.")))
     protocol = load(Path("preregistration"))
+    tables = sections.Tables(results, tuple(protocol.paper["claims"]))
     doc.add(*summary.findings(tables, protocol))
     doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg)))
     doc.add(document.Heading("This run"), document.Paragraph(f"Model source: {cfg['model']['source']}; {_resolution(cfg)}."))
