@@ -28,9 +28,9 @@ from .parquet import content_digest, read_arrow
 ERROR, NOTICE = "error", "notice"
 ABSENT = "(absent)"
 RESULTS = "<results>"
-SECTIONS = ("outputs", "inputs", "params", "protocol", "code", "environment", "arms", "exploratory",
+SECTIONS = ("outputs", "inputs", "upstream", "params", "protocol", "code", "environment", "arms", "exploratory",
             "extra", "stage", "stage_dir", "format")
-CAUSES = ("inputs", "params", "protocol", "code", "environment", "arms", "exploratory", "extra")
+CAUSES = ("inputs", "upstream", "params", "protocol", "code", "environment", "arms", "exploratory", "extra")
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
         for name in sorted(value):
             yield from _flatten(value[name], f"{prefix}{_key(str(name))}")
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        label = next((k for k in ("path", "name") if all(k in v for v in value)
+        label = next((k for k in ("path", "name", "manifest") if all(k in v for v in value)
                       and len({str(v[k]) for v in value}) == len(value)), None)
         for i, item in enumerate(value):
             tag = str(item[label]) if label else str(i)
@@ -319,6 +319,30 @@ def _portable(manifest: Mapping[str, Any]) -> dict[str, Any]:
     out["stage_dir"] = portable(manifest["stage_dir"])
     for role in ("outputs", "inputs"):
         out[role] = [{**rec, "path": portable(rec["path"])} for rec in manifest[role]]
+    out["upstream"] = [{**link, "manifest": portable(link["manifest"])} for link in manifest.get("upstream", [])]
+    return out
+
+
+def _rehashed(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest with each output and input record's digest (and size) replaced by what the
+    file holds now, so ``diff`` compares bytes, not what the manifests claim."""
+    out = dict(manifest)
+    for role in ("outputs", "inputs"):
+        records = []
+        for rec in manifest[role]:
+            new = dict(rec)
+            where = resolve_recorded(rec["path"], path, manifest["stage_dir"])
+            if ".." in PurePosixPath(rec["path"]).parts or where.is_symlink():
+                new.update(sha256="(not re-hashed: path with '..' or a symbolic link)", bytes=ABSENT)
+            elif rec.get("kind") == "dir":
+                files = tree_hashes(where) if where.is_dir() else {}
+                new.update(sha256=listing_digest(files) if where.is_dir() else ABSENT, files=files)
+            elif where.is_file():
+                new.update(sha256=sha256_file(where), bytes=where.stat().st_size)
+            else:
+                new.update(sha256=ABSENT, bytes=ABSENT)
+            records.append(new)
+        out[role] = records
     return out
 
 
@@ -341,26 +365,31 @@ def _order(field: str) -> tuple[int, str]:
     return (SECTIONS.index(section) if section in SECTIONS else len(SECTIONS), field)
 
 
-def _load_run(run: Path) -> dict[str, dict[str, Any]]:
+def _load_run(run: Path, rehash: bool) -> dict[str, dict[str, Any]]:
     if not run.exists():
         raise ManifestError(f"{run}: does not exist")
     by_stage: dict[str, dict[str, Any]] = {}
     for path in find_manifests(run):
         manifest = load_manifest(path)
-        if manifest["stage"] in by_stage:
+        key = manifest["stage"]
+        if key in by_stage and run.is_dir():  # a nested stage folder of the same stage (a faults shard)
+            key = f"{key} {path.parent.relative_to(run).as_posix()}"
+        if key in by_stage:
             raise ManifestError(f"{path}: a second manifest for stage {manifest['stage']!r} in {run}")
-        by_stage[manifest["stage"]] = manifest
+        by_stage[key] = _rehashed(path, manifest) if rehash else manifest
     if not by_stage:
         raise ManifestError(f"{run}: no {MANIFEST_NAME} found")
     return by_stage
 
 
-def diff(run_a: str | Path, run_b: str | Path) -> list[Difference]:
-    """Every recorded field that differs between two runs, per stage, in a stable order.
+def diff(run_a: str | Path, run_b: str | Path, *, rehash: bool = True) -> list[Difference]:
+    """Every field that differs between two runs, per stage, in a stable order.
 
-    Timestamps and the manifests' own digests are not compared (they differ by construction).
+    With ``rehash`` (the default) every output and input file is re-hashed, so a changed byte
+    shows even where a manifest was rewritten to match; without it only recorded digests are
+    compared. Timestamps and the manifests' own digests are not compared.
     """
-    a, b = _load_run(Path(run_a)), _load_run(Path(run_b))
+    a, b = _load_run(Path(run_a), rehash), _load_run(Path(run_b), rehash)
     out: list[Difference] = []
     for stage in sorted(set(a) | set(b)):
         if stage not in a or stage not in b:
@@ -410,15 +439,21 @@ def diff_main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_a", type=Path)
     parser.add_argument("run_b", type=Path)
     parser.add_argument("--json", action="store_true", help="print the differences as JSON")
+    parser.add_argument("--recorded-only", action="store_true",
+                        help="compare the digests the manifests record without re-hashing the files "
+                             "(fast, but trusts the manifests: a changed byte they do not record goes unseen)")
     args = parser.parse_args(argv)
+    rehash = not args.recorded_only
+    basis = ("files re-hashed" if rehash else
+             "recorded digests only: files NOT re-hashed (drop --recorded-only to re-hash)")
     try:
-        differences = diff(args.run_a, args.run_b)
+        differences = diff(args.run_a, args.run_b, rehash=rehash)
     except Int8AlibiError as exc:
         print(f"int8alibi diff: {exc}", file=sys.stderr)
         return 2
     why = explain(differences)
     if args.json:
-        report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(),
+        report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(), "rehashed": rehash,
                   "differences": [asdict(d) for d in differences], "why": why}
         print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
     else:
@@ -428,9 +463,10 @@ def diff_main(argv: list[str] | None = None) -> int:
                 if stage is not None:
                     print(f"  why: {why[stage]}")
                 stage = d.stage
-                print(f"stage {stage}")
+                print(f"stage {stage} ({basis})")
             print(f"  {d.text()}")
         if stage is not None:
             print(f"  why: {why[stage]}")
-        print(f"{len(differences)} difference(s) in {len(why)} stage(s) between {args.run_a} and {args.run_b}")
+        print(f"{len(differences)} difference(s) in {len(why)} stage(s) between {args.run_a} and {args.run_b} "
+              f"({basis})")
     return 1 if differences else 0
