@@ -1,5 +1,6 @@
 """Requant stage: the byte-exact gate against llm-compressor's checkpoint, its failures (which write
-nothing), the self-built label, and the power-of-two arms."""
+nothing), the self-built label, the power-of-two arms and the division statistics. (The gate against
+a checkpoint llm-compressor makes in the run, the reference stage's: tests/stages/test_reference.py.)"""
 
 from __future__ import annotations
 
@@ -51,10 +52,14 @@ def test_gate_passes_on_llm_compressor_checkpoint(passed: Path):
     table = pd.read_parquet(passed / "gate.parquet")
     assert len(table) == 14 * 4 and set(table.arm) == set(requant.ARMS)
     own = table[table.arm == "own"]
-    assert own.bytes_equal.all() and (own.reference == "committed").all() and (own.differing_int8 == 0).all()
+    label = requant.committed_reference(FIXTURE / "quantized").label
+    assert label.startswith(f"committed {FIXTURE / 'quantized'} (files sha256 ")
+    assert own.bytes_equal.all() and (own.reference == label).all() and (own.differing_int8 == 0).all()
     assert set(table.gate) == {requant.GATE_PASSED}
     manifest = json.loads((passed / "manifest.json").read_text())
     assert manifest["extra"]["gate"] == requant.GATE_PASSED and manifest["params"]["division"] == "bf16"
+    assert manifest["extra"]["reference"]["kind"] == "committed"
+    assert label.endswith(f"(files sha256 {manifest['extra']['reference']['sha256'][:16]})")
     committed = load_checkpoint(FIXTURE / "quantized")
     own_ckpt = load_checkpoint(passed / "checkpoints" / "own")
     for layer in committed.layers:
@@ -81,18 +86,45 @@ def test_pow2_arms_have_power_of_two_scales_and_the_probe_keeps_old_int8(passed:
     assert torch.equal(probe[LAYER].w_q, own[LAYER].w_q)
 
 
+def test_division_statistics_per_layer_and_in_the_manifest(passed: Path):
+    """Own rows: int8 weights a float32 division changes, counted here against llm-compressor's
+    stored bytes; the snapped arms divide by powers of two (exact), the probe divides nothing."""
+    from int8alibi.quant import weight as wq
+
+    table = pd.read_parquet(passed / "gate.parquet")
+    parent = load_file(str(FIXTURE / "parent" / "model.safetensors"))
+    committed = load_checkpoint(FIXTURE / "quantized")
+    own = table[table.arm == "own"].set_index("layer")
+    for layer in committed.layers:
+        stored = committed[layer]
+        f32 = wq.quantize_with_scale(parent[f"{layer}.weight"], stored.s_w, "float32")
+        assert own.loc[layer, "f32_division_differing"] == int((f32 != stored.w_q).sum()), layer
+    assert (own.quotient_shift_max <= 0.25).all() and (own.code_offset_max < 0.75).all()
+    snapped = table[table.arm.isin(["pow2-nearest", "pow2-ceiling"])]
+    assert (snapped.f32_division_differing == 0).all() and (snapped.quotient_shift_max == 0).all()
+    probe = table[table.arm == "probe"]
+    assert probe.f32_division_differing.isna().all() and probe.quotient_shift_max.isna().all()
+    summary = json.loads((passed / "manifest.json").read_text())["extra"]["division_statistics"]
+    assert summary["f32_division_differing"] == int(own.f32_division_differing.sum())
+    assert summary["weights"] == int((own.n * own.k).sum()) == sum(parent[f"{l}.weight"].numel() for l in own.index)
+    assert summary["f32_division_differing_share"] == summary["f32_division_differing"] / summary["weights"]
+    assert summary["code_offset_max"] == float(own.code_offset_max.max())
+
+
 def test_one_changed_int8_weight_fails_the_gate_and_writes_nothing(tmp_path: Path):
     bad = tmp_path / "bad"
     shutil.copytree(FIXTURE / "quantized", bad)
     tensors = load_file(str(bad / "model.safetensors"))
     w = tensors[f"{LAYER}.weight"].clone()
-    w[3, 7] = w[3, 7] + 1 if w[3, 7] < 127 else w[3, 7] - 1
+    old = int(w[3, 7])
+    w[3, 7] = old + 1 if old < 127 else old - 1
     tensors[f"{LAYER}.weight"] = w
     save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(GateError) as err:
         _run(tmp_path, bad)
     message = str(err.value)
-    assert f"1 of 14 layers of {bad} differ" in message and f"{LAYER} (1 int8, 0 scales)" in message
+    assert f"1 of 14 layers of {bad} differ" in message
+    assert f"{LAYER} (1 int8, 0 scales; first int8 at [3, 7]: rebuilt {old}, reference {int(w[3, 7])})" in message
     assert "float32 would have matched 0 of them" in message
     assert _nothing_written(tmp_path / "requant")
 

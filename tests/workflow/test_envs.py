@@ -49,8 +49,21 @@ def test_the_gpu_set_is_the_cpu_lock_with_cuda_torch_only() -> None:
     assert gpu["torch"] == cpu["torch"]
 
 
+def test_bootstrap_builds_llm_compressors_own_environment_from_its_lock() -> None:
+    bootstrap = (PROJECT / "bootstrap").read_text()
+    assert 'envs/install llmcompressor "$lc_venv/bin/python"' in bootstrap
+    assert "envs/llmcompressor.txt" in bootstrap.split("lc_want=", 1)[1].splitlines()[0]
+    assert "/.venv-llmcompressor/" in (PROJECT / ".gitignore").read_text().splitlines()
+    pins = _pins(ENVS / "llmcompressor.txt")
+    assert pins["llmcompressor"] == "0.14.0.1" and pins["compressed-tensors"] == "0.19.0"
+    cpu = _pins(ENVS / "cpu.txt")
+    assert pins["torch"] == cpu["torch"]  # the same torch build, pinned the same way
+    # what this package's stage runner imports in that environment
+    assert {"jsonschema", "pyyaml", "pandas", "pyarrow", "safetensors", "setuptools"} <= set(pins)
+
+
 def test_each_conda_file_names_its_lock_digest_and_installs_it() -> None:
-    for group in ["cpu", "gpu"]:
+    for group in ["cpu", "gpu", "llmcompressor"]:
         text = (ENVS / f"{group}.yaml").read_text()
         digest = hashlib.sha256((ENVS / f"{group}.txt").read_bytes()).hexdigest()
         line = f"# lock {group}.txt sha256 {digest}"

@@ -34,6 +34,10 @@ from .provenance.hashing import sha256_file, stage_code_digest
 BYTE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "tokenizers", "gguf",
                   "accelerate", "compressed-tensors", "triton", "vllm")
 SOURCE_CACHE = "source-digests.json"
+# The reference_checkpoint rule's interpreter outside conda: llm-compressor's own virtualenv
+# (./bootstrap builds it from envs/llmcompressor.txt), named relative to the project root.
+LLMCOMPRESSOR_VENV = ".venv-llmcompressor"
+LLMCOMPRESSOR_LOCK = "envs/llmcompressor.txt"
 
 
 def _short(obj: Any) -> str:
@@ -79,6 +83,18 @@ def environment_facts() -> dict[str, Any]:
 def environment_digest() -> str:
     """Digest of ``environment_facts()``: a changed library version reruns every stage that ran under it."""
     return _short(environment_facts())
+
+
+def llmcompressor_python(conda: bool) -> str:
+    """The reference_checkpoint rule's interpreter: the job's conda environment's ``python`` under
+    ``--sdm conda`` (envs/llmcompressor.yaml), else llm-compressor's virtualenv, by a relative path."""
+    return "python" if conda else f"{LLMCOMPRESSOR_VENV}/bin/python"
+
+
+def lock_digest(lock: str | os.PathLike[str] = LLMCOMPRESSOR_LOCK) -> str:
+    """Digest of a lock file: the reference rule's stand-in for ``environment_digest``, which
+    describes Snakemake's own environment, not the one that rule runs in."""
+    return sha256_file(lock)[:16]
 
 
 def put_interpreter_on_path(environ: dict[str, str] | None = None) -> None:

@@ -2,6 +2,9 @@ rule requant:
     input:
         parent=rules.model.output.info,
         protocol=protocol_files("requant"),
+        # the gate's reference: llm-compressor's own checkpoint of the parent, made in the run, unless
+        # the config names a committed checkpoint (then that one, and reference_checkpoint never runs)
+        reference=[] if RUN["model"].get("checkpoint") else rules.reference_checkpoint.output.manifest,
     # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
     # directory outputs (Snakemake would add a timestamp file to them).
     output:
@@ -13,6 +16,7 @@ rule requant:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
         checkpoint=SOURCES["checkpoint"],
         env=ENVIRONMENT,
+        reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     log:
         f"{LOGS}/requant.log",
     benchmark:
@@ -23,4 +27,4 @@ rule requant:
     conda:
         software_env()
     shell:
-        stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent}") + " 2> {log:q}"
+        stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

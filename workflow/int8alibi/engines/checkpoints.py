@@ -1,7 +1,8 @@
 """Where the engines find their inputs: the requant stage's checkpoints, behind its gate.
 
-Checkpoints are read only beside a requant gate table whose every row passed (or is labelled
-self-built), so a run cannot silently use checkpoints whose byte-exact gate failed.
+Checkpoints are read only beside a requant gate table whose every row passed (against a committed
+checkpoint or llm-compressor's own) or is labelled self-built, so a run cannot silently use
+checkpoints whose byte-exact gate failed.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from typing import Any
 from ..errors import GateError, InputError
 from ..provenance.parquet import read_table
 from ..stages.requant import ARMS as CHECKPOINT_NAMES
-from ..stages.requant import CHECKPOINTS_DIR, GATE_PASSED, GATE_SCHEMA, GATE_SELF_BUILT
+from ..stages.requant import CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
 
 
 def gate_verdict(gate: Path) -> str:
-    """The requant gate's one verdict (passed, or self-built); GateError if any row says otherwise."""
+    """The requant gate's one verdict (passed against its reference, or self-built); GateError otherwise."""
     table = read_table(gate, GATE_SCHEMA)
     verdicts = sorted(set(table["gate"]))
-    if table.empty or any(v not in (GATE_PASSED, GATE_SELF_BUILT) for v in verdicts) or len(verdicts) != 1:
+    if table.empty or any(v not in VERDICTS for v in verdicts) or len(verdicts) != 1:
         raise GateError(f"{gate}: requant gate verdicts {verdicts} are not one pass; checkpoints are not verified")
-    # The gate is the own arm's comparison with the committed checkpoint (null when self-built);
+    # The gate is the own arm's comparison with the reference checkpoint (null when self-built);
     # the other arms' bytes_equal describe how far they moved from own, by design.
     own = table[table["arm"] == "own"]
     failed = own.loc[own["bytes_equal"].map(lambda v: v is False), "layer"]

@@ -46,6 +46,7 @@ PROTOCOL_FILES: tuple[str, ...] = (
 STAGE_FILES: dict[str, list[str]] = {
     "protocol": [Path(f).name for f in PROTOCOL_FILES],
     "model": [],
+    "reference": [],
     "requant": ["thresholds.yaml"],
     "capture": ["thresholds.yaml", "analysis.yaml"],
     "prediction": ["thresholds.yaml", "analysis.yaml"],

@@ -1,13 +1,20 @@
 """Stage 3, requant: the byte-exact gate, then the power-of-two checkpoints.
 
-Gate: the committed W8A8 checkpoint is rebuilt from the bf16 parent under the unconstrained rule
+Gate: a reference W8A8 checkpoint is rebuilt from the bf16 parent under the unconstrained rule
 with the division precision pinned in the protocol (thresholds.yaml,
 ``weight_quantization.division``), and compared byte for byte, layer by layer (int8 weights and
-bf16 scales), together with every non-quantized tensor it shares with the parent. Any difference
-raises GateError naming the first differing layers and their counts, and nothing is written (the
-message says whether the other division would have matched; the stage fails regardless, because
-the division is pinned, never chosen after the fact). With no committed checkpoint the stage
-builds one and labels the gate "self-built (not an independent test)" in the table and manifest.
+bf16 scales), together with every non-quantized tensor it shares with the parent. The reference is
+the committed checkpoint when the config names one (``model.checkpoint``), else the one
+llm-compressor itself made of the parent in the run (the reference stage; its manifest names the
+tool and versions). Any difference raises GateError naming the first differing layers, their
+counts and the first differing byte, and nothing is written (the message says whether the other
+division would have matched; the stage fails regardless, because the division is pinned, never
+chosen after the fact). Called with no reference at all (tests), the stage builds one and labels
+the gate "self-built (not an independent test)" in the table and manifest.
+
+The table also carries the division statistics (``quant.division``): per layer, the int8 weights
+that a float32 division would change, and the largest quotient shift and int8 offset of the
+pinned bf16 division.
 
 Then the arms, each a compressed-tensors directory under ``<out>/checkpoints/<arm>``:
 ``own`` (the verified checkpoint), ``pow2-nearest`` and ``pow2-ceiling`` (scales snapped, int8
@@ -35,11 +42,14 @@ from ..config import Config
 from ..errors import GateError, InputError, ProtocolError
 from ..model.layers import LayerRef, quantized_linears
 from ..model.sources import PARENT_DIR, PARENT_TABLE, describe_source, load_hf_model, load_saved_parent
-from ..provenance.manifest import write_manifest
+from ..provenance.hashing import listing_digest, tree_hashes
+from ..provenance.manifest import load_manifest, write_manifest
 from ..provenance.parquet import write_table
 from ..quant import weight as wq
 from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
+from ..quant.division import division_stats
 from ..quant.weight import QuantizedWeight
+from . import reference as reference_stage
 from . import stage_main
 
 log = logging.getLogger("int8alibi.requant")
@@ -48,7 +58,9 @@ ARMS: tuple[str, ...] = ("own", "pow2-nearest", "pow2-ceiling", "probe")
 CHECKPOINTS_DIR = "checkpoints"
 GATE_TABLE = "gate.parquet"
 GATE_PASSED = "passed: byte-identical to the committed checkpoint"
+GATE_PASSED_TOOL = "passed: byte-identical to llm-compressor's own checkpoint"
 GATE_SELF_BUILT = "self-built (not an independent test)"
+VERDICTS: tuple[str, ...] = (GATE_PASSED, GATE_PASSED_TOOL, GATE_SELF_BUILT)
 SHARD_BYTES = 2 << 30
 
 GATE_SCHEMA = pa.schema([
@@ -70,6 +82,10 @@ GATE_SCHEMA = pa.schema([
     pa.field("saturated", pa.int64(), nullable=False),        # int8 elements at -128 or 127
     pa.field("all_pow2", pa.bool_(), nullable=False),
     pa.field("gate", pa.string(), nullable=False),
+    # quant.division, under this arm's scale; null for the probe, which divides nothing
+    pa.field("f32_division_differing", pa.int64(), nullable=True),  # int8 weights a float32 division changes
+    pa.field("quotient_shift_max", pa.float64(), nullable=True),     # max |q_bf16 - q_f32|
+    pa.field("code_offset_max", pa.float64(), nullable=True),        # max |int8 - clamp(q_f32)|
 ])
 GATE_KEY = ["block", "proj", "arm"]
 
@@ -105,7 +121,55 @@ class _Mismatch:
     layer: str
     int8: int
     scales: int
+    first: str
     other_division_matches: bool
+
+
+def _first_byte(ours: QuantizedWeight, theirs: QuantizedWeight) -> str:
+    """Where the first differing element is and both values (int8 weight first, else scale)."""
+    for what, a, b in (("int8", ours.w_q, theirs.w_q), ("scale", ours.s_w, theirs.s_w)):
+        bits_a, bits_b = (a.view(torch.int16), b.view(torch.int16)) if a.dtype == torch.bfloat16 else (a, b)
+        where = (bits_a != bits_b).nonzero()
+        if len(where):
+            row, col = (int(i) for i in where[0])
+            return f"first {what} at [{row}, {col}]: rebuilt {a[row, col].item()!r}, reference {b[row, col].item()!r}"
+    return "no element differs"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the gate compares against: a folder and how the report and table name it."""
+
+    kind: str  # "committed" or "llm-compressor"
+    path: Path
+    label: str
+    record: dict[str, Any]
+
+
+def committed_reference(path: Path | str) -> Reference:
+    """A committed checkpoint named by the config: its path and the digest of its files."""
+    path = Path(path)
+    digest = listing_digest(tree_hashes(path)) if path.is_dir() else "absent"
+    return Reference("committed", path, f"committed {path} (files sha256 {digest[:16]})",
+                     {"kind": "committed", "path": str(path), "sha256": digest})
+
+
+def tool_reference(manifest_path: Path | str) -> Reference:
+    """llm-compressor's checkpoint from the reference stage, checked against that stage's manifest."""
+    manifest_path = Path(manifest_path)
+    manifest = load_manifest(manifest_path)
+    folder = manifest_path.parent / reference_stage.CHECKPOINT_DIR
+    recorded = next((o for o in manifest.get("outputs", []) if o.get("name") == reference_stage.CHECKPOINT_DIR), None)
+    tool = (manifest.get("extra") or {}).get("tool") or {}
+    if manifest.get("stage") != "reference" or recorded is None or not tool.get("describe"):
+        raise InputError(f"{manifest_path}: not a reference stage manifest (no checkpoint output or tool record)")
+    present = tree_hashes(folder) if folder.is_dir() else {}
+    if present != recorded.get("files"):
+        raise InputError(f"{folder}: files differ from those its manifest {manifest_path} records; "
+                         "rerun the reference stage")
+    digest = listing_digest(present)
+    return Reference("llm-compressor", folder, f"{tool['describe']}: {folder} (files sha256 {digest[:16]})",
+                     {"kind": "llm-compressor", "path": str(folder), "sha256": digest, "tool": tool})
 
 
 @dataclass
@@ -147,7 +211,7 @@ def _weight(parent: _Parent, ref: LayerRef) -> torch.Tensor:
 
 
 def verify_committed(parent: _Parent, committed: Checkpoint, division: str) -> None:
-    """GateError unless every layer and every shared tensor is byte-identical to the rebuild."""
+    """GateError unless every layer and every shared tensor of the reference is byte-identical to the rebuild."""
     other_division = next(d for d in wq.DIVISIONS if d != division)
     mismatches: list[_Mismatch] = []
     for ref in parent.layers:
@@ -157,9 +221,9 @@ def verify_committed(parent: _Parent, committed: Checkpoint, division: str) -> N
         if int8 or scales:
             alt = wq.quantize_weight(w, other_division, what=ref.name)
             matches = not _differing(alt.w_q, stored.w_q) and not _differing(alt.s_w, stored.s_w)
-            mismatches.append(_Mismatch(ref.name, int8, scales, matches))
+            mismatches.append(_Mismatch(ref.name, int8, scales, _first_byte(rebuilt, stored), matches))
     if mismatches:
-        first = "; ".join(f"{m.layer} ({m.int8} int8, {m.scales} scales)" for m in mismatches[:5])
+        first = "; ".join(f"{m.layer} ({m.int8} int8, {m.scales} scales; {m.first})" for m in mismatches[:5])
         alt_all = all(m.other_division_matches for m in mismatches)
         alt_some = sum(m.other_division_matches for m in mismatches)
         note = (f"dividing in {other_division} would have matched every differing layer"
@@ -190,8 +254,8 @@ def _arms(w: torch.Tensor, division: str, name: str) -> dict[str, tuple[Quantize
     }
 
 
-def _row(ref: LayerRef, arm: str, q: QuantizedWeight, clipped: torch.Tensor | None, own: QuantizedWeight,
-         division: str, gate: str, committed: bool) -> dict[str, Any]:
+def _row(ref: LayerRef, arm: str, w: torch.Tensor, q: QuantizedWeight, clipped: torch.Tensor | None,
+         own: QuantizedWeight, division: str, gate: str, reference: Reference | None) -> dict[str, Any]:
     scales = q.s_w.double().flatten()
     row: dict[str, Any] = {
         "block": ref.block, "proj": ref.proj, "arm": arm, "layer": ref.name, "n": q.w_q.shape[0],
@@ -202,9 +266,13 @@ def _row(ref: LayerRef, arm: str, q: QuantizedWeight, clipped: torch.Tensor | No
         "all_pow2": bool(is_pow2(q.s_w).all()),
         "clipped": None if clipped is None else int(clipped.sum()),
     }
+    stats = None if arm == "probe" else division_stats(w, q.s_w, what=ref.name)
+    row.update(f32_division_differing=None if stats is None else stats.differing,
+               quotient_shift_max=None if stats is None else stats.quotient_shift_max,
+               code_offset_max=None if stats is None else stats.code_offset_max)
     if arm == "own":
-        if committed:  # the gate compared the rebuild with the committed bytes; it passed to get here
-            row.update(reference="committed", bytes_equal=True, differing_int8=0, differing_scales=0)
+        if reference is not None:  # the gate compared the rebuild with the reference bytes; it passed to get here
+            row.update(reference=reference.label, bytes_equal=True, differing_int8=0, differing_scales=0)
         else:
             row.update(reference="none (self-built)", bytes_equal=None, differing_int8=None, differing_scales=None)
     else:
@@ -213,7 +281,7 @@ def _row(ref: LayerRef, arm: str, q: QuantizedWeight, clipped: torch.Tensor | No
     return row
 
 
-def build_arms(parent: _Parent, division: str, staging: Path, gate: str, committed: bool) -> pd.DataFrame:
+def build_arms(parent: _Parent, division: str, staging: Path, gate: str, reference: Reference | None) -> pd.DataFrame:
     """Write every arm's checkpoint under ``staging/<arm>`` and return the gate table rows."""
     extra = [p for p in sorted(parent.directory.iterdir())
              if p.is_file() and p.name != CONFIG and p.name != INDEX_FILE and p.suffix != ".safetensors"]
@@ -227,11 +295,12 @@ def build_arms(parent: _Parent, division: str, staging: Path, gate: str, committ
     rows: list[dict[str, Any]] = []
     try:
         for ref in parent.layers:
-            arms = _arms(_weight(parent, ref), division, ref.name)
+            w = _weight(parent, ref)
+            arms = _arms(w, division, ref.name)
             own = arms["own"][0]
             for arm, (q, clipped) in arms.items():
                 writers[arm].add_layer(ref.name, q)
-                rows.append(_row(ref, arm, q, clipped, own, division, gate, committed))
+                rows.append(_row(ref, arm, w, q, clipped, own, division, gate, reference))
         for name, tensor in parent.other.items():
             for writer in writers.values():
                 writer.add_tensor(name, tensor)
@@ -246,38 +315,44 @@ def build_arms(parent: _Parent, division: str, staging: Path, gate: str, committ
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Rows as a frame whose nullable columns keep their nulls (pandas would turn them into NaN floats)."""
-    nullable = {"bytes_equal": "boolean", "differing_int8": "Int64", "differing_scales": "Int64", "clipped": "Int64"}
+    nullable = {"bytes_equal": "boolean", "differing_int8": "Int64", "differing_scales": "Int64", "clipped": "Int64",
+                "f32_division_differing": "Int64", "quotient_shift_max": "Float64", "code_offset_max": "Float64"}
     return pd.DataFrame({f.name: pd.Series([r[f.name] for r in rows], dtype=nullable.get(f.name, "object"))
                          for f in GATE_SCHEMA})
 
 
 def run(cfg: Config, out_dir: Path, parent: Path | None = None, checkpoint: Path | None = None,
-        protocol: Path = Path("preregistration")) -> None:
-    """Gate the committed checkpoint (or build one), then write every arm, the table and the manifest."""
+        reference: Path | None = None, protocol: Path = Path("preregistration")) -> None:
+    """Gate the reference (committed checkpoint, or llm-compressor's from the reference stage's
+    manifest ``reference``; with neither, build one), then write every arm, the table and the manifest."""
     out_dir = Path(out_dir)
     target, gate_path, manifest = out_dir / CHECKPOINTS_DIR, out_dir / GATE_TABLE, out_dir / "manifest.json"
     _remove(target, gate_path, manifest)  # a failed run must not leave an earlier run's pass behind
     parent_path = Path(parent) if parent is not None else cfg.results / "model" / PARENT_TABLE
     committed_path = checkpoint if checkpoint is not None else cfg["model"].get("checkpoint")
+    if committed_path is not None and reference is not None:
+        raise InputError(f"{reference}: the config names a committed checkpoint ({committed_path}), which is the "
+                         "gate's reference; llm-compressor's is not used beside it")
     division = pinned_division(protocol)
+    ref = (committed_reference(committed_path) if committed_path is not None
+           else tool_reference(reference) if reference is not None else None)
     loaded = _open_parent(cfg, parent_path)
     log.info("requant: %d layers, pinned division %s", len(loaded.layers), division)
-    if committed_path is not None:
-        committed = load_checkpoint(committed_path, [r.name for r in loaded.layers],
-                                    against=f"the parent {loaded.directory}")
-        verify_committed(loaded, committed, division)
-        gate = GATE_PASSED
+    if ref is not None:
+        stored = load_checkpoint(ref.path, [r.name for r in loaded.layers], against=f"the parent {loaded.directory}")
+        verify_committed(loaded, stored, division)
+        gate = GATE_PASSED if ref.kind == "committed" else GATE_PASSED_TOOL
     else:
         gate = GATE_SELF_BUILT
-    log.info("requant gate: %s", gate)
+    log.info("requant gate: %s (reference: %s)", gate, ref.label if ref is not None else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{CHECKPOINTS_DIR}.", suffix=".tmp"))
     try:
-        table = build_arms(loaded, division, staging, gate, committed_path is not None)
+        table = build_arms(loaded, division, staging, gate, ref)
         staging.chmod(0o755)
         staging.rename(target)
         write_table(table, gate_path, GATE_SCHEMA, GATE_KEY)
-        _manifest(out_dir, table, gate, division, len(loaded.layers), parent_path, committed_path, protocol)
+        _manifest(out_dir, table, gate, division, len(loaded.layers), parent_path, ref, reference, protocol)
     except BaseException:
         _remove(staging, target, gate_path, manifest)
         raise
@@ -291,19 +366,33 @@ def _remove(*paths: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def division_summary(table: pd.DataFrame, arm: str = "own") -> dict[str, Any]:
+    """The division statistics over every layer of one arm: counts, share and maxima."""
+    rows = table[table.arm == arm]
+    differing, weights = int(rows.f32_division_differing.sum()), int((rows.n * rows.k).sum())
+    return {"arm": arm, "f32_division_differing": differing, "weights": weights,
+            "f32_division_differing_share": differing / weights if weights else None,
+            "quotient_shift_max": float(rows.quotient_shift_max.max()),
+            "code_offset_max": float(rows.code_offset_max.max())}
+
+
 def _manifest(out_dir: Path, table: pd.DataFrame, gate: str, division: str, layers: int, parent_path: Path,
-              committed_path: Path | str | None, protocol: Path) -> None:
+              ref: Reference | None, reference_manifest: Path | None, protocol: Path) -> None:
     inputs: dict[str, Path] = {"parent": parent_path, "thresholds": Path(protocol) / "thresholds.yaml"}
-    if committed_path is not None:
-        inputs["committed"] = Path(committed_path)
+    if ref is not None:
+        inputs["committed" if ref.kind == "committed" else "reference"] = ref.path
+    if reference_manifest is not None:
+        inputs["reference_manifest"] = Path(reference_manifest)
     pow2 = table[table.arm.isin(["pow2-nearest", "pow2-ceiling", "probe"])]
     write_manifest(
         out_dir, stage="requant", outputs={"gate": out_dir / GATE_TABLE, "checkpoints": out_dir / CHECKPOINTS_DIR},
         inputs=inputs,
-        params={"division": division, "committed": str(committed_path) if committed_path is not None else None,
-                "arms": list(ARMS)},
+        params={"division": division, "committed": ref.record["path"] if ref is not None and ref.kind == "committed"
+                else None, "arms": list(ARMS)},
         protocol_root=protocol,
         extra={"gate": gate, "layers": layers,
+               "reference": ref.record if ref is not None else {"kind": "none (self-built)"},
+               "division_statistics": division_summary(table),
                "pow2_arms_all_scales_pow2": bool(pow2.all_pow2.all()),
                "clipped": {arm: int(table.loc[table.arm == arm, "clipped"].sum())
                            for arm in ("own", "pow2-nearest", "pow2-ceiling")}},

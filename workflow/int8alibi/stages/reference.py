@@ -1,0 +1,126 @@
+"""Stage reference: llm-compressor's own W8A8 checkpoint of the parent, the requant gate's reference.
+
+The gate is an independent test only if someone else's tool made the bytes it compares against.
+This stage lets llm-compressor itself quantize the model stage's bf16 parent, data-free
+(``oneshot`` with ``QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])``
+and no dataset), and save it with ``save_compressed=True``. It runs in the tool's own environment
+(``.venv-llmcompressor`` from ``envs/llmcompressor.txt``, or the conda environment
+``envs/llmcompressor.yaml``), where this package is installed editable without its dependencies;
+nothing here imports the tool until ``quantize`` runs.
+
+Output: ``<out>/checkpoint/`` with every file the tool wrote (config.json with its
+``quantization_config``, the safetensors, generation_config.json, recipe.yaml), byte for byte, and
+a manifest recording the tool, its versions and the recipe. The bytes are deterministic: the
+tool's data-free path is element-wise arithmetic (absmax, one division per element), computed
+under the portable CPU settings like every stage, so reruns and thread counts give the same files.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..errors import InputError
+from ..model.sources import PARENT_DIR, PARENT_SCHEMA, PARENT_TABLE, describe_source
+from ..provenance.hashing import tree_hashes
+from ..provenance.manifest import write_manifest
+from ..provenance.parquet import read_table
+from . import stage_main
+
+log = logging.getLogger("int8alibi.reference")
+
+CHECKPOINT_DIR = "checkpoint"
+TOOL = "llm-compressor"
+# The distributions whose versions decide the reference's bytes, recorded in the manifest.
+TOOL_DISTRIBUTIONS: tuple[str, ...] = ("llmcompressor", "compressed-tensors", "torch", "transformers")
+RECIPE: dict[str, Any] = {
+    "entry": "llmcompressor.oneshot", "modifier": "QuantizationModifier", "targets": "Linear",
+    "scheme": "W8A8", "ignore": ["lm_head"], "dataset": None, "save_compressed": True,
+}
+
+
+def tool_versions() -> dict[str, str]:
+    """Installed versions of the tool's distributions; InputError if one is missing (wrong environment)."""
+    versions = {}
+    for name in TOOL_DISTRIBUTIONS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{name} is not installed in this Python environment: the reference stage runs in "
+                             f"llm-compressor's own (.venv-llmcompressor, envs/llmcompressor.txt)") from None
+    return versions
+
+
+def describe(versions: dict[str, str]) -> str:
+    """One line naming the tool and the versions that made a reference (the gate table's wording)."""
+    rest = ", ".join(f"{name} {versions[name]}" for name in TOOL_DISTRIBUTIONS[1:])
+    return f"{TOOL} {versions['llmcompressor']} ({rest})"
+
+
+def verified_parent_dir(cfg: Config, parent_table: Path) -> Path:
+    """The model stage's saved parent folder, after checking every file against ``parent.parquet``."""
+    table = read_table(parent_table, PARENT_SCHEMA)
+    if table.empty:
+        raise InputError(f"{parent_table}: empty parent record")
+    first, expect = table.iloc[0], describe_source(cfg)
+    if (first["source"], first["origin"]) != expect:
+        raise InputError(f"{parent_table}: the saved parent was made from {first['source']} {first['origin']!r}, "
+                         f"but the config names {expect[0]} {expect[1]!r}; rerun the model stage")
+    folder = parent_table.parent / PARENT_DIR
+    saved = table[table.role == "saved"]
+    recorded = dict(zip(saved.file, saved.sha256))
+    present = tree_hashes(folder) if folder.is_dir() else {}
+    if present != recorded:
+        differing = sorted(set(present) ^ set(recorded)) or sorted(k for k in recorded if present[k] != recorded[k])
+        raise InputError(f"{folder}: files differ from {parent_table} (first: {differing[:3]})")
+    return folder
+
+
+def quantize(parent_dir: Path, out: Path) -> None:
+    """The thin runner: llm-compressor loads, quantizes (data-free W8A8) and saves the parent into ``out``."""
+    import torch
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(parent_dir, dtype=torch.bfloat16)
+    recipe = QuantizationModifier(targets=RECIPE["targets"], scheme=RECIPE["scheme"], ignore=RECIPE["ignore"])
+    oneshot(model=model, recipe=recipe)
+    model.save_pretrained(out, save_compressed=RECIPE["save_compressed"])
+
+
+def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path = Path("preregistration")) -> None:
+    """Quantize the verified parent with llm-compressor into ``<out>/checkpoint`` and write the manifest."""
+    out_dir = Path(out_dir)
+    target, manifest = out_dir / CHECKPOINT_DIR, out_dir / "manifest.json"
+    shutil.rmtree(target, ignore_errors=True)  # a failed run must not leave an earlier reference behind
+    manifest.unlink(missing_ok=True)
+    parent_table = Path(parent) if parent is not None else cfg.results / "model" / PARENT_TABLE
+    versions = tool_versions()
+    folder = verified_parent_dir(cfg, parent_table)
+    log.info("reference: %s quantizes %s", describe(versions), folder)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{CHECKPOINT_DIR}.", suffix=".tmp"))
+    try:
+        quantize(folder, staging)
+        for f in staging.iterdir():
+            f.chmod(0o644)
+        staging.chmod(0o755)
+        staging.rename(target)
+        write_manifest(out_dir, stage="reference", outputs={"checkpoint": target}, inputs={"parent": parent_table},
+                       params={"tool": TOOL, "recipe": RECIPE}, protocol_root=protocol,
+                       extra={"tool": {"name": TOOL, "versions": versions, "describe": describe(versions)}})
+    except BaseException:
+        for path in (staging, target):
+            shutil.rmtree(path, ignore_errors=True)
+        manifest.unlink(missing_ok=True)
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main(run))

@@ -1,0 +1,32 @@
+from int8alibi.workflow_support import lock_digest, llmcompressor_python
+
+
+# llm-compressor's own W8A8 of the parent: the requant gate's independent reference. Only in the DAG
+# when the config names no committed checkpoint (model.checkpoint), which is the reference otherwise.
+# The job runs in llm-compressor's environment, not Snakemake's: its virtualenv (./bootstrap), or
+# under --sdm conda envs/llmcompressor.yaml. The checkpoint folder beside the manifest is listed and
+# hashed by the manifest, not declared as a directory output.
+rule reference_checkpoint:
+    input:
+        parent=rules.model.output.info,
+    output:
+        manifest=f"{RESULTS}/reference/manifest.json",
+    params:
+        out=f"{RESULTS}/reference",
+        code=code_digest("reference"),
+        cfg=config_digest(RUN, ["model"]),
+        # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
+        env=lock_digest(),
+    log:
+        f"{LOGS}/reference.log",
+    benchmark:
+        f"{BENCHMARKS}/reference.tsv"
+    threads: 2
+    resources:
+        mem_mb=16000,
+    conda:
+        "../../envs/llmcompressor.yaml"
+    shell:
+        llmcompressor_python(any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method))
+        + " -m int8alibi.stages.reference --config {RUN_CONFIG:q} --out {params.out:q}"
+        + " --input parent={input.parent:q} 2> {log:q}"
