@@ -122,7 +122,8 @@ def verify_input(path: str | os.PathLike[str], own_dir: str | os.PathLike[str] |
     The input's stage manifest must be intact, list the input, and its files must still hash to
     their records (with ``whole``, every output of that manifest: stages read siblings of the file
     they are given); its own upstream links must still hold. A folder holding stage folders (the
-    results folder) is checked stage by stage. Returns the manifests checked; raises ManifestError
+    results folder) is checked stage by stage, its direct sub-folders only (nested stages such as
+    faults shards are vouched for by their parent stage's upstream links). Returns the manifests checked; raises ManifestError
     naming the input and the manifest.
     """
     p, own = _abs(path), (_abs(own_dir) if own_dir is not None else None)
@@ -130,8 +131,7 @@ def verify_input(path: str | os.PathLike[str], own_dir: str | os.PathLike[str] |
     if manifest_path is not None:
         targets = [manifest_path]
     elif p.is_dir():
-        targets = sorted(m for m in (_abs(m) for m in p.rglob(MANIFEST_NAME))
-                         if own is None or own not in m.parents)
+        targets = sorted(m for m in (_abs(m) for m in p.glob(f"*/{MANIFEST_NAME}")) if m.parent != own)
     else:
         targets = []
     for target in targets:
