@@ -1,0 +1,151 @@
+"""Stage ksweep: the "not run" tables without a GPU, table assembly on synthetic counts, arm choice,
+and (on a GPU) a reduced sweep whose INT8 arms equal their exact emulations."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from int8alibi.ksweep import arms as ksweep_arms
+from int8alibi.protocol import load
+from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.parquet import read_table
+from int8alibi.stages import ksweep as stage
+
+PROJECT = Path(__file__).resolve().parents[2]
+SCHEMAS = {"counts": stage.COUNTS_SCHEMA, "ulp": stage.ULP_SCHEMA, "fits": stage.FITS_SCHEMA,
+           "summary": stage.SUMMARY_SCHEMA, "evidence": stage.EVIDENCE_SCHEMA}
+MEASURED = ["elements", "differing", "prevalence", "max_ulp", "max_relative_difference", "ge2_ulp_share"]
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    return copy.deepcopy(dict(load(PROJECT / "preregistration").ksweep))
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def _run(out: Path) -> dict[str, pd.DataFrame]:
+    stage.run(None, out, project_root=PROJECT)  # type: ignore[arg-type]  # the stage reads no config key
+    return {name: read_table(out / f"{name}.parquet", schema) for name, schema in SCHEMAS.items()}
+
+
+def test_without_a_gpu_every_table_says_not_run(no_gpu: None, tmp_path: Path, spec: dict[str, Any]) -> None:
+    tables = _run(tmp_path / "a")
+    counts = tables["counts"]
+    grid = spec["grid"]
+    assert len(counts) == len(spec["pairs"]) * len(grid["k"]) * len(grid["seeds"])
+    assert set(counts["status"]) == {stage.NO_GPU}
+    assert counts[MEASURED].isna().all().all()
+    assert tables["ulp"].empty
+    assert set(tables["fits"]["status"]) == {stage.NO_GPU} and tables["fits"]["train_rmse"].isna().all()
+    summary = tables["summary"]
+    assert list(summary["rate_test"]) == [stage.NO_GPU] * len(spec["pairs"])
+    assert summary["chi_square"].isna().all() and summary["selected_model"].isna().all()
+    evidence = tables["evidence"]
+    assert set(evidence.loc[evidence["item"] == "status", "value"]) == {stage.NO_GPU}
+    manifest = load_manifest(tmp_path / "a" / "manifest.json")
+    assert manifest["extra"]["ksweep"] == stage.NO_GPU
+
+
+def test_not_run_tables_are_byte_identical_across_runs(no_gpu: None, tmp_path: Path) -> None:
+    _run(tmp_path / "a")
+    _run(tmp_path / "b")
+    for name in SCHEMAS:
+        assert (tmp_path / "a" / f"{name}.parquet").read_bytes() == (tmp_path / "b" / f"{name}.parquet").read_bytes()
+
+
+def _synthetic_counts(spec: dict[str, Any]) -> pd.DataFrame:
+    """Binomial counts: INT8 at a constant 5 per million, FP8 on 1 - exp(-c K^0.518)."""
+    rng = np.random.default_rng(0)  # fixed: under a constant rate the test rejects 5% of draws
+    elements = spec["grid"]["m"] * spec["grid"]["n"]
+    rows = []
+    for p in spec["pairs"]:
+        for k in spec["grid"]["k"]:
+            rate = 5e-6 if p["format"] == "int8" or p["id"] == "fp8-cutlass-triton" else \
+                -np.expm1(-0.08 / 512**0.518 * k**0.518)
+            for seed in spec["grid"]["seeds"]:
+                d = int(rng.binomial(elements, rate))
+                rows.append({"pair": p["id"], "format": p["format"], "k": k, "seed": seed, "arm_a": p["arms"][0],
+                             "arm_b": p["arms"][1], "status": stage.RUN, "m": spec["grid"]["m"],
+                             "n": spec["grid"]["n"], "elements": elements, "differing": d,
+                             "prevalence": d / elements})
+    return stage.frame(rows, stage.COUNTS_SCHEMA)
+
+
+def test_fits_and_summary_on_synthetic_counts(spec: dict[str, Any], tmp_path: Path) -> None:
+    counts = _synthetic_counts(spec)
+    fits_rows, selected = stage.model_rows(spec, counts)
+    assert selected == {"int8-cutlass-triton": "constant", "fp8-scaledmm-cutlass": "generalized-saturation",
+                        "fp8-cutlass-triton": "constant"}
+    fits = stage.frame(fits_rows, stage.FITS_SCHEMA)
+    sat = fits[(fits["pair"] == "fp8-scaledmm-cutlass") & (fits["model"] == "generalized-saturation")].iloc[0]
+    assert sat["alpha"] == pytest.approx(0.518, abs=0.01)
+    assert sat["alpha_lower"] < 0.518 < sat["alpha_upper"]
+    assert sat["alpha_leave_k_min"] <= sat["alpha"] <= sat["alpha_leave_k_max"]
+    assert fits.loc[fits["model"] == "constant", "alpha"].isna().all()
+    summary = pd.DataFrame(stage.summary_rows(spec, counts, selected)).set_index("pair")
+    assert summary.loc["int8-cutlass-triton", "rate_test"] == "not rejected"
+    assert summary.loc["fp8-scaledmm-cutlass", "rate_test"] == "rejected"
+    assert summary.loc["int8-cutlass-triton", "df"] == len(spec["grid"]["k"]) - 1
+    assert not summary.loc["int8-cutlass-triton", "saturating"]
+    assert summary.loc["fp8-scaledmm-cutlass", "saturating"]
+    # the assembled rows satisfy the declared schemas
+    from int8alibi.provenance.parquet import write_table
+
+    write_table(fits, tmp_path / "fits.parquet", stage.FITS_SCHEMA, stage.FITS_KEY)
+    write_table(stage.frame(list(summary.reset_index().to_dict("records")), stage.SUMMARY_SCHEMA),
+                tmp_path / "summary.parquet", stage.SUMMARY_SCHEMA, stage.SUMMARY_KEY)
+
+
+def test_arm_choice_falls_back_or_says_why(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> None:
+    def fake(name: str, fmt: str, device: torch.device):
+        if name.startswith("vllm"):
+            return None, "not run: vLLM absent"
+        return (lambda q: q.a_q), "ok"
+
+    monkeypatch.setattr(stage, "runner", fake)
+    pairs = {p["id"]: p for p in spec["pairs"]}
+    names, runners, status = stage.choose_arms(pairs["int8-cutlass-triton"], torch.device("cuda"))
+    assert names == ["cublaslt", "triton"] and status == stage.RUN and set(runners or {}) == set(names)
+    names, runners, status = stage.choose_arms(pairs["fp8-cutlass-triton"], torch.device("cuda"))
+    assert runners is None and status == "not run: vLLM absent" and names == ["vllm-cutlass", "vllm-triton"]
+
+
+def test_fp8_arms_refuse_int8_operands_names() -> None:
+    from int8alibi.errors import InputError
+
+    if not torch.cuda.is_available():
+        assert ksweep_arms.runner("torch-scaled-mm", "fp8", torch.device("cpu")) == (None, stage.NO_GPU)
+        return
+    with pytest.raises(InputError, match="does not take fp8"):
+        ksweep_arms.runner("cublaslt", "fp8", torch.device("cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_reduced_sweep_on_the_gpu(spec: dict[str, Any]) -> None:
+    """Three K points, two seeds: INT8 arms equal their exact emulations, differ by at most one spacing,
+    every arm repeats itself bit for bit; torch._scaled_mm vs vLLM CUTLASS differs more at larger K."""
+    small = copy.deepcopy(spec)
+    small["grid"].update(k=[512, 4096, 32768], seeds=[0, 1])
+    counts, ulps, evidence = stage.sweep(small, torch.device("cuda"))
+    frame = stage.frame(counts, stage.COUNTS_SCHEMA)
+    ran = frame[frame["status"] == stage.RUN]
+    int8 = ran[ran["format"] == "int8"]
+    assert len(int8) == 6
+    assert int8["a_equals_emulation"].all() and int8["b_equals_emulation"].all()
+    assert (int8["max_ulp"].dropna() <= 1).all()
+    assert ran["a_repeatable"].all() and ran["b_repeatable"].all()
+    fp8 = ran[ran["pair"] == "fp8-scaledmm-cutlass"]
+    if len(fp8):
+        by_k = fp8.groupby("k")["prevalence"].mean()
+        assert by_k.is_monotonic_increasing and by_k.iloc[-1] > by_k.iloc[0]
