@@ -103,3 +103,21 @@ def test_importing_the_package_needs_neither_triton_nor_vllm():
             "print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_operand_check_cache_runs_a_check_once_per_operand_set_and_never_remembers_a_failure():
+    from int8alibi.kernels.base import OperandCheckCache
+
+    cache, calls = OperandCheckCache(), []
+    a, w = torch.zeros(4, 8, dtype=torch.int8), torch.zeros(2, 8, dtype=torch.int8)
+    for _ in range(3):
+        cache.once((a, w), lambda: calls.append("a,w"))
+    cache.once((a, w.t()), lambda: calls.append("a,w.t"))  # other strides: checked again
+    assert calls == ["a,w", "a,w.t"]
+
+    def failing() -> None:
+        raise InputError("bad operands")
+
+    for _ in range(2):
+        with pytest.raises(InputError):
+            cache.once((w, a), failing)
