@@ -19,3 +19,7 @@ class InputError(Int8AlibiError):
 
 class GateError(Int8AlibiError):
     """A pre-registered gate failed (e.g. requantization not byte-identical)."""
+
+
+class DiskFullError(Int8AlibiError):
+    """A write failed because the filesystem is full (ENOSPC); nothing partial was left behind."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..errors import InputError
+from ..provenance.atomic import temp_dir
 from .weight import QuantizedWeight
 
 CONFIG = "config.json"
@@ -302,7 +302,7 @@ class CheckpointWriter:
                  shard_bytes: int = DEFAULT_SHARD_BYTES) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"))
+        self._tmp = temp_dir(self.path.parent, self.path.name)
         config = {k: v for k, v in model_config.items() if k != "quantization_config"}
         config["quantization_config"] = quantization_config()
         if provenance is not None:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from .. import portable
 from ..config import Config, load_config
+from ..provenance.atomic import disk_space, sweep_stale
 from ..errors import Int8AlibiError
 from ..provenance.chain import verify_input
 
@@ -35,8 +36,10 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """Parse ``--config``, ``--set k=v`` (repeatable), ``--out`` and ``--input name=path``; run the stage.
 
     Every ``--input`` lying in another stage's folder is first checked against that stage's
-    manifest (``provenance.chain.verify_input``). A failure prints one line naming what failed and exits 1; the stage writes nothing partial
-    because every writer goes through a temporary file and a rename. Every stage computes under
+    manifest (``provenance.chain.verify_input``). A failure prints one line naming what failed and exits 1 (a full disk:
+    ``DiskFullError``); the stage writes nothing partial because every writer goes through a
+    temporary file and a rename, and temporaries a killed earlier run left in ``--out`` are removed
+    or reported (``provenance.atomic.sweep_stale``). Every stage computes under
     the portable CPU settings (``int8alibi.portable``): started without them, it re-executes itself
     with them; if they still do not hold, it stops before computing anything.
     """
@@ -61,8 +64,11 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         params = dict(item.split("=", 1) for item in args.param)
         for path in inputs.values():  # another stage's files are read only as its manifest records them
             verify_input(Path(path), own_dir=args.out)
-        args.out.mkdir(parents=True, exist_ok=True)
-        run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
+        with disk_space(args.out):
+            args.out.mkdir(parents=True, exist_ok=True)
+            for line in sweep_stale(args.out):  # temporaries of an earlier, killed run of this stage
+                log.warning("%s: %s", stage, line)
+            run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
     except Int8AlibiError as exc:
         print(f"int8alibi: stage {stage} failed: {exc}", file=sys.stderr)
         return 1

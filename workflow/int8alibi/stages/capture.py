@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import logging
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from ..model.w8a8 import swap_linears
 from ..operands import Operands, load_operands, operand_digest, save_operands
 from ..prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
 from ..protocol import load
+from ..provenance.atomic import temp_dir
 from ..provenance.manifest import MANIFEST_NAME, write_manifest
 from ..provenance.parquet import read_table, write_table
 from ..quant.compressed_tensors import load_checkpoint
@@ -221,7 +221,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     prefill = prefill_tile(tokenizer, corpus, sizes.prefill_tokens, analysis)
     prompt = decode_prompt(tokenizer, analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".capture.", suffix=".tmp"))
+    staging = temp_dir(out_dir, "capture")
     try:
         with tqdm(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
             for i, name in enumerate(CHECKPOINTS):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 
 from ..config import Config
 from ..errors import InputError
+from ..provenance.atomic import temp_dir
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..model.sources import (DEFAULT_GGUF_PACKAGE, PARENT_DIR, PARENT_KEY, PARENT_SCHEMA, PARENT_TABLE, ParentInfo,
@@ -32,7 +32,7 @@ ROUND_TRIP_TOKENS = 32
 
 def _save_verified(model: object, tokenizer: object, info: ParentInfo, target: Path) -> ParentInfo:
     """Save into a temporary directory, reload, compare, then rename onto ``target``."""
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    tmp = temp_dir(target.parent, target.name)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
