@@ -1,10 +1,10 @@
 """Portable CPU bytes: the settings, their checks, and the proof that steering the CPU moves no byte.
 
 The end-to-end test runs the byte-producing stages that follow requant (capture, prediction,
-compare, faults, generate, perplexity, tokens) of the tiny model in fresh processes under every instruction set the host
-supports, capped oneDNN and MKL instruction sets, and 1 or 2 threads, and requires identical
-digests; with the mechanism switched off the same steering must show up in the bytes and in
-``int8alibi diff``, so the test can tell the mechanism from luck.
+compare, faults, generate, perplexity, tokens, prefill_decode) of the tiny model in fresh processes
+under every instruction set the host supports, capped oneDNN and MKL instruction sets, and 1 or 2
+threads, and requires identical digests; with the mechanism switched off the same steering must
+show up in the bytes and in ``int8alibi diff``, so the test can tell the mechanism from luck.
 """
 
 from __future__ import annotations
@@ -192,6 +192,8 @@ def _run_model_stages(cfg: Path, results: Path, out: Path, env: dict[str, str], 
         _stage("perplexity", cfg, out / "perplexity", env, "--input", gate)
     if "tokens" in stages:
         _stage("tokens", cfg, out / "tokens", env, "--input", gate, "--input", f"parent={results}/model/parent.parquet")
+    if "prefill_decode" in stages:
+        _stage("prefill_decode", cfg, out / "prefill_decode", env, "--input", gate)
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +205,7 @@ def tiny(tiny_pipeline) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_steering_the_cpu_moves_no_byte_of_any_model_stage(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     cfg, results = tiny
-    stages = ("capture", "generate", "perplexity", "tokens")
+    stages = ("capture", "generate", "perplexity", "tokens", "prefill_decode")
     seen: dict[str, dict[str, str]] = {}
     for i, variant in enumerate(_variants()):
         out = tmp_path / f"v{i}"
@@ -212,7 +214,8 @@ def test_steering_the_cpu_moves_no_byte_of_any_model_stage(tiny: tuple[Path, Pat
     reference = next(iter(seen.values()))
     for table in ("capture/index.parquet", "prediction/predictions.parquet", "compare/layers.parquet",
                   "faults/cells.parquet", "generate/run1.parquet",
-                  "perplexity/windows.parquet", "tokens/positions.parquet", "tokens/check7.parquet"):
+                  "perplexity/windows.parquet", "tokens/positions.parquet", "tokens/check7.parquet",
+                  "prefill_decode/prefill_decode.parquet", "prefill_decode/first_divergence.parquet"):
         assert table in reference
     assert any(name.startswith("capture/operands/") for name in reference)
     for variant, digests in seen.items():

@@ -83,7 +83,8 @@ def test_stage_tables_and_manifest_when_everything_verifies(tmp_path: Path, monk
     out.mkdir()
     determinism(config(tmp_path), out, runs)
     summary = read_table(out / "summary.parquet").iloc[0]
-    assert (summary["own"], summary["pow2-nearest"], summary["pow2-ceiling"]) == ("2/2", "2/2", "1/2")
+    assert (summary["own"], summary["pow2-nearest"], summary["pow2-ceiling"], summary["probe"]) == (
+        "2/2", "2/2", "1/2", "2/2")
     assert summary["self_consistent"] == "no" and summary["identity"].startswith("verified")
     assert bool(summary["emulation"]) is True and not bool(summary["allow_unverified"])
     agree = read_table(out / "agreement.parquet")
@@ -93,10 +94,10 @@ def test_stage_tables_and_manifest_when_everything_verifies(tmp_path: Path, monk
     assert runs_row["identical"].tolist() == [False, True]
     assert agree["first_divergence"].isna().sum() == len(agree) - 2
     gens = read_table(out / "generations.parquet")
-    assert len(gens) == 2 * 3 * 2 * 2 and gens.iloc[0]["token_ids"] == "5 6 7 8"
+    assert len(gens) == 2 * 4 * 2 * 2 and gens.iloc[0]["token_ids"] == "5 6 7 8"  # arms x checkpoints x runs x prompts
     manifest = load_manifest(out / "manifest.json")
     assert manifest["params"]["allow_unverified"] is False and manifest["extra"]["identity"]["verified"] is True
-    assert len(manifest["inputs"]) == 2 * 3 * 2 * 2
+    assert len(manifest["inputs"]) == 2 * 4 * 2 * 2  # arms x checkpoints x runs x (tokens, identity)
 
 
 def test_a_tampered_identity_stops_the_stage_unless_explicitly_allowed(tmp_path: Path,
