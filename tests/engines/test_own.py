@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from int8alibi.engines.own import OwnEngine, _cache_argument
+from int8alibi.engines.own import OwnEngine, cache_argument
 from int8alibi.errors import InputError
 from int8alibi.model.synthetic import build_synthetic
 
@@ -21,7 +21,7 @@ def engine() -> OwnEngine:
 def test_cache_argument_matches_this_transformers(engine: OwnEngine) -> None:
     import inspect
 
-    assert _cache_argument(engine.model) in inspect.signature(engine.model.forward).parameters
+    assert cache_argument(engine.model) in inspect.signature(engine.model.forward).parameters
 
 
 def test_greedy_generation_equals_full_recomputation_argmax(engine: OwnEngine) -> None:

@@ -43,7 +43,7 @@ class OwnEngine:
         """
         if new_tokens < 1:
             raise InputError(f"{self.label}: new_tokens must be >= 1, got {new_tokens}")
-        cache = _cache_argument(self.model)
+        cache = cache_argument(self.model)
         out: list[list[int]] = []
         bar = tqdm(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
         for prompt in prompts:
@@ -81,7 +81,7 @@ class OwnEngine:
         return sums, torch.full((windows.shape[0],), windows.shape[1] - 1, dtype=torch.int64)
 
 
-def _cache_argument(model: Any) -> str:
+def cache_argument(model: Any) -> str:
     """The name under which this transformers version passes the KV cache in and out of forward
     (``cache`` from transformers 5.x, ``past_key_values`` before)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engines.own import _cache_argument
+from ..engines.own import cache_argument
 from ..errors import InputError
 from ..model.trace import Event, first_difference, traced
 from .replay import Positions, compare
@@ -46,7 +46,7 @@ def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at
     trace)``, the trace (``model.trace``) of the step that computes position ``trace_at`` if asked."""
     if new_tokens < 1 or not prompt:
         raise InputError(f"decode: needs a non-empty prompt and new_tokens >= 1, got {len(prompt)} and {new_tokens}")
-    cache = _cache_argument(model)
+    cache = cache_argument(model)
     ids = torch.tensor([list(prompt)], dtype=torch.int64, device=device)
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
