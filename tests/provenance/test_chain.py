@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from provenance_project import build_run
-from int8alibi.errors import ManifestError
+from int8alibi.errors import Int8AlibiError, ManifestError
 from int8alibi.provenance.audit import ERROR, diff, diff_main, verify, verify_main
 from int8alibi.provenance.chain import root_digest, stage_manifest_of, verify_input
 from int8alibi.provenance.manifest import load_manifest, manifest_digest, write_manifest
@@ -213,11 +213,39 @@ def test_upstream_manifest_that_is_not_a_manifest_is_named(project: Path, text: 
     ("upstream", [{"manifest": 3, "digest": "x"}], "upstream must be a list of records"),
     ("protocol", [], "protocol must be a mapping"),
     ("stage_dir", None, "stage_dir must be a non-empty string"),
+    ("stage_dir", "results/../alpha", "stage_dir 'results/../alpha' contains '..'"),
+    ("stage_dir", "/".join("abcdefghijklmnopqrstuvwxyz"), "is deeper than where the manifest lies"),
+    ("protocol", {"pins": {"files": [1]}}, "protocol must be a mapping whose pins map files to digests"),
+    ("outputs", [{"path": "results/alpha", "kind": "dir", "sha256": "x", "files": [1]}],
+     "outputs folder 'results/alpha' must map its files to digests"),
 ])
 def test_malformed_manifest_fields_are_named_not_a_traceback(project: Path, key: str, value, message: str) -> None:
     rewrite(project / "results" / "alpha" / "manifest.json", lambda m: m.__setitem__(key, value))
     found = errors(project / "results")
     assert any(message in f.reason and f.manifest.endswith("alpha/manifest.json") for f in found)
+
+
+def test_manifest_nested_too_deeply_is_named(project: Path) -> None:
+    manifest = project / "results" / "alpha" / "manifest.json"
+    manifest.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ManifestError, match=rf"{manifest}: not a manifest \(JSON nested too deeply"):
+        verify_input(project / "results" / "alpha" / "layers.parquet", own_dir=project / "results" / "beta")
+    assert any("nested too deeply" in f.reason for f in errors(project / "results"))
+
+
+def test_fifo_in_a_stage_folder_or_recorded_folder_is_named_not_a_hang(project: Path) -> None:
+    alpha = project / "results" / "alpha"
+    os.mkfifo(alpha / "pipe")
+    assert [f.reason for f in errors(project / "results")] == [
+        "pipe: undeclared file in the stage folder (the manifest lists it neither as an output nor as an input)"]
+    (alpha / "pipe").unlink()
+    (alpha / "sub").mkdir()
+    rewrite(alpha / "manifest.json", lambda m: m["outputs"].append(
+        {"path": "results/alpha/sub", "kind": "dir", "sha256": "0" * 64, "files": {}}))
+    os.mkfifo(alpha / "sub" / "pipe")
+    with pytest.raises(Int8AlibiError, match=rf"{alpha / 'sub' / 'pipe'}: not a regular file"):
+        verify_input(alpha / "layers.parquet", own_dir=project / "results" / "beta")
+    assert any(f.reason == f"{alpha / 'sub' / 'pipe'}: not a regular file" for f in errors(project / "results"))
 
 
 def test_diff_rehashes_a_flipped_byte_in_a_copy(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

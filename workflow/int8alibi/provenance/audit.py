@@ -76,7 +76,10 @@ def find_manifests(path: Path) -> list[Path]:
 def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
     """Reasons why the file or folder at ``path`` no longer matches its record (empty: matches);
     a changed Parquet file says whether its table content changed or it was only re-encoded."""
-    reasons = check_record(rec, path)
+    try:
+        reasons = check_record(rec, path)
+    except Int8AlibiError as exc:  # e.g. a FIFO inside a recorded folder
+        return [str(exc)]
     if not reasons or "content_digest" not in rec or path.is_symlink() or not path.is_file():
         return reasons
     try:
@@ -240,10 +243,13 @@ def verify(results_dir: str | Path, project_root: str | Path | None = None) -> l
         except ManifestError as exc:
             findings.append(Finding(ERROR, path.as_posix(), "manifest", str(exc)))
             continue
-        root = (given_root or inferred_root(path, manifest["stage_dir"])).resolve()
-        if root not in states:
-            states[root] = _protocol_state(root)
-        findings.extend(_verify_manifest(path, manifest, given_root, states[root]))
+        try:
+            root = (given_root or inferred_root(path, manifest["stage_dir"])).resolve()
+            if root not in states:
+                states[root] = _protocol_state(root)
+            findings.extend(_verify_manifest(path, manifest, given_root, states[root]))
+        except Int8AlibiError as exc:  # a manifest whose recorded places cannot be followed
+            findings.append(Finding(ERROR, path.as_posix(), "manifest", str(exc)))
     for state in states.values():
         findings.extend(state.chain)
     return findings

@@ -73,6 +73,8 @@ def tree_hashes(root: str | os.PathLike[str]) -> dict[str, str]:
     for dirpath, _dirs, files in os.walk(base):
         for name in files:
             path = Path(dirpath) / name
+            if not path.is_file():  # a FIFO or socket would block or fail the read
+                raise InputError(f"{path}: not a regular file")
             out[path.relative_to(base).as_posix()] = sha256_file(path)
     return out
 

@@ -176,6 +176,8 @@ def load_manifest(path: PathLike) -> dict[str, Any]:
         raise ManifestError(f"{p}: cannot be read ({exc.strerror or exc})") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{p}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{p}: not a manifest (JSON nested too deeply to read)") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         older = isinstance(data, dict) and data.get("format") == "int8alibi-manifest/1"
         raise ManifestError(f"{p}: not an {FORMAT} manifest" + (
@@ -186,15 +188,25 @@ def load_manifest(path: PathLike) -> dict[str, Any]:
     for key in ("stage", "stage_dir", "digest"):
         if not isinstance(data[key], str) or not data[key]:
             raise ManifestError(f"{p}: {key} must be a non-empty string")
-    if not isinstance(data["protocol"], dict):
-        raise ManifestError(f"{p}: protocol must be a mapping")
+    if ".." in PurePosixPath(data["stage_dir"]).parts:
+        raise ManifestError(f"{p}: stage_dir {data['stage_dir']!r} contains '..'")
+    pins = data["protocol"].get("pins", {}) if isinstance(data["protocol"], dict) else None
+    if not isinstance(pins, dict) or not _str_map(pins.get("files", {})) or not isinstance(pins.get("data", {}), dict):
+        raise ManifestError(f"{p}: protocol must be a mapping whose pins map files to digests")
     for role, needs in (("outputs", ("path", "sha256")), ("inputs", ("path", "sha256")),
                         ("upstream", ("manifest", "digest"))):
         records = data[role]
         if not isinstance(records, list) or not all(
                 isinstance(r, dict) and all(isinstance(r.get(k), str) and r[k] for k in needs) for r in records):
             raise ManifestError(f"{p}: {role} must be a list of records, each with string {' and '.join(needs)}")
+        for rec in records:
+            if rec.get("kind") == "dir" and not _str_map(rec.get("files")):
+                raise ManifestError(f"{p}: {role} folder {rec['path']!r} must map its files to digests")
     return data
+
+
+def _str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
 def resolve_recorded(recorded: str, manifest_path: Path, stage_dir: str,
@@ -222,4 +234,7 @@ def inferred_root(manifest_path: Path, stage_dir: str) -> Path:
     stage = PurePosixPath(stage_dir)
     if stage.is_absolute():
         return Path.cwd()
-    return manifest_path.absolute().parents[len(stage.parts)]
+    parents = manifest_path.absolute().parents
+    if len(stage.parts) >= len(parents):
+        raise ManifestError(f"{manifest_path}: stage_dir {stage_dir!r} is deeper than where the manifest lies")
+    return parents[len(stage.parts)]
