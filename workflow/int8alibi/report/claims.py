@@ -150,6 +150,20 @@ def _prefill_decode(t: Tables, checkpoint: str) -> Measured:
     return Measured("; ".join(parts), rate, source=rel)
 
 
+def _division(t: Tables, statistic: str) -> Measured:
+    """The float32-versus-bf16 division statistics over the own arm's layers (quant.division)."""
+    df, rel = _table(t, "requant/gate.parquet", ("f32_division_differing", "quotient_shift_max", "code_offset_max"))
+    own = df[df["arm"] == "own"]
+    if own.empty:
+        return _na(f"{rel} has no own rows")
+    if statistic == "f32_division_differing_share":
+        differing, weights = int(own["f32_division_differing"].sum()), int((own["n"] * own["k"]).sum())
+        share = 100 * differing / weights
+        return Measured(f"{share:.2f}% ({differing:,} of {weights:,} int8 weights)", share, source=rel)
+    offset, shift = float(own["code_offset_max"].max()), float(own["quotient_shift_max"].max())
+    return Measured(f"{offset:.3f} (the bf16 rounding of the quotient alone: {shift:.3f})", offset, source=rel)
+
+
 def _matrix_counts(which: str, protocol: Any) -> Measured:
     c = protocol.counts(which)
     return Measured(f"{c['fire']}/{c['silent']}/{c['n/a']}, {c['predicted_miss']} misses", source="preregistration")
@@ -185,6 +199,8 @@ def _measure(claim: Mapping[str, Any], t: Tables, protocol: Any) -> Measured:
         return _scorecard(t, definition, parts[1], int(parts[2]), parts[3])
     if parts[0] == "prefill_decode" and len(parts) == 3 and parts[2] == "flip_rate":
         return _prefill_decode(t, parts[1])
+    if parts[0] == "requant" and len(parts) == 2 and parts[1] in ("f32_division_differing_share", "code_offset_max"):
+        return _division(t, parts[1])
     if parts[0] == "matrix_counts" and len(parts) == 2 and parts[1] in ("corrected", "original"):
         measured = _matrix_counts(parts[1], protocol)
         return Measured(measured.text, holds=measured.text == str(claim["value"]), source=measured.source)

@@ -68,7 +68,48 @@ def requant(t: Tables) -> list[Block]:
         saturated=("saturated", "sum"),
     ).reset_index()
     blocks.append(Table("Per arm: layers, byte-equal layers, clipping and saturation", summary, (src,)))
+    blocks.append(_gate_reference(gate))
+    blocks += _division(t, gate, src)
     return blocks
+
+
+def _gate_reference(gate: pd.DataFrame) -> Paragraph:
+    """Which checkpoint the own arm was compared with, and which tool and versions made it."""
+    own = gate[gate["arm"] == "own"]
+    references, verdicts = sorted(set(own["reference"])), sorted(set(own["gate"]))
+    if own["bytes_equal"].isna().all():
+        return Paragraph(f"Reference: none. The gate is {verdicts[0] if verdicts else 'absent'}: the own checkpoint "
+                         "was built here and compared with nothing independent.")
+    equal = int(own["bytes_equal"].fillna(False).sum())
+    return Paragraph(f"Reference: {'; '.join(references)}. Gate: {'; '.join(verdicts)} ({equal} of {len(own)} "
+                     "layers byte-equal in every int8 weight and every scale).")
+
+
+def _division(t: Tables, gate: pd.DataFrame, src: Source) -> list[Block]:
+    """The float32-versus-bf16 division statistics of the own arm, beside the paper's values."""
+    columns = ("f32_division_differing", "quotient_shift_max", "code_offset_max")
+    if any(c not in gate.columns for c in columns):
+        return [Paragraph("Division statistics: not in this run (requant/gate.parquet was written before they "
+                          "existed; rerun requant).")]
+    own = gate[gate["arm"] == "own"]
+    differing, weights = int(own["f32_division_differing"].sum()), int((own["n"] * own["k"]).sum())
+
+    def paper(claim_id: str, unit: str) -> str:
+        claim = t.claim(claim_id)
+        return "not registered" if claim is None else f"{claim['value']}{unit} ({claim['model']})"
+
+    rows = [
+        {"quantity": "int8 weights that differ when W / s_w is divided in float32 instead of bf16",
+         "this_run": f"{100 * differing / weights:.2f}% ({differing:,} of {weights:,})",
+         "paper": paper("division-f32-differing", "%")},
+        {"quantity": "largest |int8 - clamp(q_f32, -128, 127)|: the stored weight's distance from the float32 quotient",
+         "this_run": f"{float(own['code_offset_max'].max()):.3f}", "paper": paper("division-bf16-shift", "")},
+        {"quantity": "largest |q_bf16 - q_f32|: the bf16 rounding of the quotient alone",
+         "this_run": f"{float(own['quotient_shift_max'].max()):.3f}", "paper": "not reported"},
+    ]
+    return [Table("Division statistics over every own layer (per layer: requant/gate.parquet); the pinned "
+                  "division is bf16, float32 the alternative; same bf16 scales under both", pd.DataFrame(rows),
+                  (src,))]
 
 
 def agreement(t: Tables) -> list[Block]:

@@ -1,0 +1,69 @@
+"""The report's requantization gate: which reference it was compared with, and the division
+statistics beside the first paper's 6.42% and 0.749 (also as claims)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from int8alibi.protocol import load
+from int8alibi.report.claims import measure
+from int8alibi.report.document import Paragraph, Table
+from int8alibi.report.sections import Tables, requant
+
+CLAIMS = tuple(load(Path(__file__).resolve().parents[2] / "preregistration").paper["claims"])
+LABEL = "llm-compressor 0.14.0.1 (compressed-tensors 0.19.0, torch 2.13.0+cpu, transformers 5.17.0): ref"
+PASSED = "passed: byte-identical to llm-compressor's own checkpoint"
+
+
+def _gate(tmp_path: Path, **own: list) -> None:
+    rows = {"block": [0, 1, 0], "proj": ["q_proj", "q_proj", "q_proj"], "arm": ["own", "own", "probe"],
+            "layer": ["l0", "l1", "l0"], "n": [4, 8, 4], "k": [100, 50, 100], "division": ["bf16"] * 3,
+            "reference": [LABEL, LABEL, "own"], "bytes_equal": [True, True, False], "differing_int8": [0, 0, 0],
+            "differing_scales": [0, 0, 4], "scale_min": [0.1] * 3, "scale_max": [0.2] * 3, "scale_ratio": [2.0] * 3,
+            "clipped": [0, 0, None], "saturated": [1, 1, 1], "all_pow2": [False, False, True], "gate": [PASSED] * 3,
+            "f32_division_differing": [30, 10, None], "quotient_shift_max": [0.125, 0.25, None],
+            "code_offset_max": [0.5, 0.749, None]}
+    rows.update(own)
+    path = tmp_path / "requant" / "gate.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+
+
+def test_gate_section_names_the_reference_and_sets_the_division_beside_the_paper(tmp_path: Path) -> None:
+    _gate(tmp_path)
+    blocks = requant(Tables(tmp_path, CLAIMS))
+    reference = next(b.text for b in blocks if isinstance(b, Paragraph) and b.text.startswith("Reference"))
+    assert reference == f"Reference: {LABEL}. Gate: {PASSED} (2 of 2 layers byte-equal in every int8 weight and every scale)."
+    division = next(b for b in blocks if isinstance(b, Table) and b.caption.startswith("Division statistics")).frame
+    # 40 of 4*100 + 8*50 = 800 weights differ: 5.00%
+    assert division["this_run"].tolist() == ["5.00% (40 of 800)", "0.749", "0.250"]
+    assert division["paper"].tolist()[:2] == ["6.42% (Qwen3 (size not recorded here))",
+                                              "0.749 (Qwen3 (size not recorded here))"]
+
+
+def test_self_built_gate_says_there_was_no_reference(tmp_path: Path) -> None:
+    _gate(tmp_path, reference=["none (self-built)"] * 2 + ["own"], bytes_equal=[None, None, False],
+          gate=["self-built (not an independent test)"] * 3)
+    text = next(b.text for b in requant(Tables(tmp_path, CLAIMS)) if isinstance(b, Paragraph))
+    assert text.startswith("Reference: none. The gate is self-built (not an independent test)")
+
+
+def test_a_gate_table_without_the_statistics_says_so(tmp_path: Path) -> None:
+    _gate(tmp_path)
+    path = tmp_path / "requant" / "gate.parquet"
+    pd.read_parquet(path).drop(columns=["code_offset_max"]).to_parquet(path, index=False)
+    blocks = requant(Tables(tmp_path, CLAIMS))
+    assert any(isinstance(b, Paragraph) and "Division statistics: not in this run" in b.text for b in blocks)
+    claim = next(c for c in CLAIMS if c["id"] == "division-bf16-shift")
+    assert measure(claim, Tables(tmp_path, CLAIMS), None).why.startswith("not applicable")
+
+
+def test_division_claims_measure_the_own_rows(tmp_path: Path) -> None:
+    _gate(tmp_path)
+    t = Tables(tmp_path, CLAIMS)
+    share = measure(next(c for c in CLAIMS if c["id"] == "division-f32-differing"), t, None)
+    shift = measure(next(c for c in CLAIMS if c["id"] == "division-bf16-shift"), t, None)
+    assert share.number == 5.0 and share.text == "5.00% (40 of 800 int8 weights)"
+    assert shift.number == 0.749 and shift.text == "0.749 (the bf16 rounding of the quotient alone: 0.250)"
