@@ -228,3 +228,42 @@ def test_garbage_gguf_file_is_refused_naming_it(tmp_path: Path, monkeypatch):
         cfg = {"model": {"source": "gguf-package", "gguf_package": "fake_gguf_pkg"}}
         with pytest.raises(InputError, match=rf"{gguf}: not a loadable GGUF model"):
             sources.load_source(cfg)
+
+
+@pytest.fixture(scope="module")
+def sharded_parent(tmp_path_factory) -> Path:
+    model = build_synthetic("tiny", 0, vocab_size=64)
+    path = tmp_path_factory.mktemp("sharded") / "good"
+    model.save_pretrained(path, max_shard_size="200KB")
+    assert len(list(path.glob("*.safetensors"))) > 1 and (path / "model.safetensors.index.json").is_file()
+    return path
+
+
+def test_sharded_parent_files_the_index_does_not_describe_are_refused(sharded_parent: Path, tmp_path: Path):
+    import shutil
+
+    assert sources.load_hf_model(sharded_parent).model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    index = "model.safetensors.index.json"
+
+    def stray_shard(path: Path) -> None:  # transformers would load only what the index names
+        save_file({"model.layers.0.mlp.extra.weight": torch.zeros(2, dtype=torch.bfloat16)}, path / "extra.safetensors")
+
+    def lost_shard(path: Path) -> None:
+        sorted(path.glob("model-*.safetensors"))[0].unlink()
+
+    cases = {
+        "stray": (stray_shard, rf"{index}: does not name tensor\(s\) \['model.layers.0.mlp.extra.weight'\] stored in "
+                               r"\['extra.safetensors'\]"),
+        "lost": (lost_shard, rf"{index}: names tensor\(s\) .* where they are not stored"),
+        "garbage": (lambda p: (p / index).write_text("{garbage"), rf"{index}: not readable JSON"),
+        "list": (lambda p: (p / index).write_text("[]"), rf"{index}: not a JSON object"),
+        "no-map": (lambda p: (p / index).write_text('{"weight_map": [1]}'), rf"{index}: weight_map must map"),
+        "genconfig": (lambda p: (p / "generation_config.json").write_text("{garbage"),
+                      r"generation_config.json: not readable JSON"),
+    }
+    for name, (damage, message) in cases.items():
+        broken = tmp_path / name
+        shutil.copytree(sharded_parent, broken)
+        damage(broken)
+        with pytest.raises(InputError, match=rf"{broken}/{message}"):
+            sources.load_hf_model(broken)

@@ -172,8 +172,8 @@ def _check_bf16_dir(path: Path) -> dict[str, Path]:
     config = path / "config.json"
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{config}: cannot read the parent's config ({exc})") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{config}: cannot read the parent's config ({type(exc).__name__}: {exc})") from exc
     if not isinstance(data, dict):
         raise InputError(f"{config}: not a JSON object; not a Hugging Face model config")
     if data.get("quantization_config"):
@@ -189,7 +189,46 @@ def _check_bf16_dir(path: Path) -> dict[str, Path]:
             where[name] = file
             if (dtype.startswith("F") or dtype.startswith("BF")) and dtype != "BF16":
                 raise InputError(f"{file}: tensor {name!r} is {dtype}; the parent must be stored in bfloat16")
+    _check_index(path, where)
+    for name in ("generation_config.json", "tokenizer_config.json"):  # read by transformers, else ignored
+        _json_object(path / name, required=False)
     return where
+
+
+def _json_object(file: Path, *, required: bool) -> dict[str, Any] | None:
+    if not required and not file.exists():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{file}: not readable JSON ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{file}: not a JSON object")
+    return data
+
+
+def _check_index(path: Path, where: Mapping[str, Path]) -> None:
+    """A sharded parent's index must name exactly the tensors its shards hold, each where it is:
+    transformers loads what the index names and ignores any other tensor or file."""
+    index = path / "model.safetensors.index.json"
+    data = _json_object(index, required=False)
+    if data is None:
+        if len(where) and len({f for f in where.values()}) > 1:
+            raise InputError(f"{path}: several .safetensors files but no model.safetensors.index.json")
+        return
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputError(f"{index}: weight_map must map tensor names to shard files")
+    unindexed = sorted(set(where) - set(weight_map))
+    if unindexed:
+        raise InputError(f"{index}: does not name tensor(s) {unindexed[:8]} stored in "
+                         f"{sorted({where[n].name for n in unindexed})}; transformers would ignore them")
+    misplaced = sorted(n for n, f in weight_map.items() if n not in where or where[n].name != f)
+    if misplaced:
+        first = misplaced[0]
+        raise InputError(f"{index}: names tensor(s) {misplaced[:8]} where they are not stored "
+                         f"(e.g. {first!r} in {weight_map[first]}, found in "
+                         f"{where[first].name if first in where else 'no file'})")
 
 
 def _key_names(keys: Any) -> list[str]:
