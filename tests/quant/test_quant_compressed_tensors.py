@@ -209,3 +209,13 @@ def test_written_config_is_what_the_loader_accepts():
     from int8alibi.quant.compressed_tensors import check_quantization_config
 
     assert check_quantization_config(Path("x"), {"quantization_config": quantization_config()})["format"] == "int-quantized"
+
+
+def test_config_nested_too_deeply_or_truncated_shard_is_named(saved: Path):
+    data = (saved / "model.safetensors").read_bytes()
+    (saved / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=rf"{saved / 'model.safetensors'}: not a readable safetensors file"):
+        load_checkpoint(saved)
+    (saved / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match=rf"{saved / 'config.json'}: not readable JSON \(RecursionError"):
+        load_checkpoint(saved)

@@ -122,8 +122,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise _fail(path, "not found; a compressed-tensors checkpoint needs it") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"not readable JSON ({exc})") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _fail(path, f"not readable JSON ({type(exc).__name__}: {exc})") from exc
 
 
 def _check_args(path: Path, group: str, kind: str, args: Any, required: Mapping[str, Any]) -> None:
