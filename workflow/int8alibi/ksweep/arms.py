@@ -1,9 +1,10 @@
 """The sweep's kernel arms per format: one callable from quantized operands to a bf16 output.
 
-INT8 uses the project's registered arms (``kernels.registry``). FP8 e4m3 has three: PyTorch's
-``torch._scaled_mm`` (cuBLASLt, row-wise float32 scales), and vLLM's ``cutlass_scaled_mm`` and
+INT8 uses the project's registered arms (``kernels.registry``). FP8 e4m3 has four: PyTorch's
+``torch._scaled_mm`` (cuBLASLt, row-wise float32 scales), vLLM's ``cutlass_scaled_mm`` and
 ``triton_scaled_mm``, which take e4m3 operands in the same layout as int8 (weight as a
-column-major [K,N] view, scales [M,1] and [N,1]). Evidence names the binaries that ran: library
+column-major [K,N] view, scales [M,1] and [N,1]), and the project's ``triton-fp8``
+(``ksweep.triton_fp8``), the second arm where vLLM is absent. Evidence names the binaries that ran: library
 paths and digests, and the CUDA kernel names a profiler saw (CUTLASS names carry the tile shape).
 """
 
@@ -57,11 +58,17 @@ def runner(name: str, fmt: str, device: torch.device) -> tuple[Runner | None, st
         if not ok:
             return None, why
         return (lambda q: arm.scaled_mm(q.a_q, q.w_q, q.s_a, q.s_w)), why
-    if name == "torch-scaled-mm":
+    if name in ("torch-scaled-mm", "triton-fp8"):
         major, minor = torch.cuda.get_device_capability(device)
         if (major, minor) < (8, 9):
-            return None, f"torch._scaled_mm with e4m3 needs compute capability >= 8.9, found {major}.{minor}"
-        return _scaled_mm, "torch._scaled_mm (cuBLASLt, row-wise scales)"
+            return None, f"{name} with e4m3 needs compute capability >= 8.9, found {major}.{minor}"
+        if name == "torch-scaled-mm":
+            return _scaled_mm, "torch._scaled_mm (cuBLASLt, row-wise scales)"
+        try:
+            from .triton_fp8 import scaled_mm_fp8
+        except ImportError as exc:
+            return None, f"Triton is not importable: {exc}"
+        return (lambda q: scaled_mm_fp8(q.a_q, q.w_q, q.s_a, q.s_w)), "the project's Triton FP8 kernel"
     if name in ("vllm-cutlass", "vllm-triton"):
         from ..kernels.vllm_arms import VllmArm
 

@@ -212,11 +212,11 @@ def _verify_paper(p: Mapping[str, Any]) -> None:
             raise ProtocolError(f"{pins.PAPER}: structural claim {claim['id']} must have unit verdict or counts")
 
 
-# Arms that take operands of each format (torch-scaled-mm and the vLLM kernels take e4m3; the
-# project's own cublaslt and triton arms are int8 only).
+# Arms that take operands of each format (torch-scaled-mm, triton-fp8 and the vLLM kernels take
+# e4m3; the project's own cublaslt and triton arms are int8 only).
 KSWEEP_ARMS = {
     "int8": {"vllm-cutlass", "vllm-triton", "cublaslt", "triton"},
-    "fp8": {"vllm-cutlass", "vllm-triton", "torch-scaled-mm"},
+    "fp8": {"vllm-cutlass", "vllm-triton", "torch-scaled-mm", "triton-fp8"},
 }
 
 
