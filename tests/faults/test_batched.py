@@ -93,6 +93,7 @@ def test_refusals_are_the_per_cell_engines(settings: CampaignSettings) -> None:
 
 def test_draws_are_the_per_cell_engines(settings: CampaignSettings) -> None:
     picks = draw_picks("layer", 16, 32, 64, settings)
+    assert picks.flat.size == sum(picks.sizes)
     again = draw_picks("layer", 16, 32, 64, settings)
     assert (picks.flat == again.flat).all() and picks.f9_one == again.f9_one
     total = 16 * 64
@@ -114,3 +115,11 @@ def test_gpu_batched_gives_the_cpu_rows(settings: CampaignSettings) -> None:
     layers = [*boundary_layers()[0], *synthetic_layers("qwen3-1.7b", m=32, seed=5, blocks=1)]
     cells, batched = both(layers, settings, "cuda")
     pd.testing.assert_frame_equal(batched, cells, check_exact=True)
+
+
+def test_worker_processes_draw_what_the_per_cell_engine_draws(layers: list[Operands], settings: CampaignSettings,
+                                                              campaign_rows: pd.DataFrame) -> None:
+    from int8alibi.faults.batched import run_layers
+
+    rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), workers=2) for row in layer]
+    pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows), campaign_rows, check_exact=True)

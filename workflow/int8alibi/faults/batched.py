@@ -21,14 +21,16 @@ a flag, and the layer is rerun by ``campaign._LayerRun``, which gives its answer
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..arith import bf16_round, exact_accumulator, is_pow2, wrap_int32
+from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
 from ..checks import CellEvidence, OutputComparison
 from ..operands import Operands
 from . import catalogue as cat
@@ -51,9 +53,14 @@ class Picks:
     """The host-drawn positions of one layer (the per-cell engine's draws, ``campaign.cell_rng``)."""
 
     flat: np.ndarray           # positions into the per-element facts [5 faults, R, M*N], one/pct of F1-F5
-    segment: np.ndarray        # which (fault, regime, severity) each position belongs to
+    sizes: tuple[int, ...]     # positions per segment (fault, regime, severity), in segment order
     f9_one: tuple[tuple[int, int], ...]   # (row, col) per regime
     f9_pct: tuple[np.ndarray, ...]        # activation-scale rows per regime
+
+    @property
+    def segment(self) -> np.ndarray:
+        """The segment of each position."""
+        return np.repeat(np.arange(len(self.sizes), dtype=np.int64), self.sizes)
 
 
 def _segment(fault: int, regime: int, severity: int) -> int:
@@ -61,24 +68,29 @@ def _segment(fault: int, regime: int, severity: int) -> int:
 
 
 def draw_picks(layer: str, m: int, k: int, n: int, settings: CampaignSettings) -> Picks:
-    """Every seeded draw of one layer; data-independent, so it may run ahead on another thread."""
+    """Every seeded draw of one layer. Data-independent, so it runs ahead in worker processes.
+
+    The ``pct`` positions are ``campaign.picked_elements``'s draw left unsorted: a severity
+    reaches a set of elements, and the segment reductions do not depend on the order.
+    """
     total = m * n
-    flats, segments = [], []
+    flats, sizes = [], []
     for f, fault in enumerate(EPILOGUE_FAULTS):
         for r, regime in enumerate(REGIMES):
-            for s, severity in enumerate(SEVERITIES[:2]):  # one, pct; "all" needs no draw
-                picks = picked_elements(cell_rng(settings.seed, layer, fault, severity, regime), severity, total,
-                                        settings.pct_fraction)
-                flats.append(picks + (f * R + r) * total)
-                segments.append(np.full(picks.size, _segment(f, r, s), dtype=np.int64))
-    one, pct = [], []
+            one = np.array([cell_rng(settings.seed, layer, fault, "one", regime).integers(total)])
+            pct = cell_rng(settings.seed, layer, fault, "pct", regime).choice(
+                total, size=fraction_count(settings.pct_fraction, total), replace=False, shuffle=False)
+            for picks in (one, pct):
+                flats.append(picks.astype(np.int64) + (f * R + r) * total)
+                sizes.append(picks.size)
+    one_rows, pct_rows = [], []
     for regime in REGIMES:
         rng = cell_rng(settings.seed, layer, "F9", "one", regime)
-        one.append((int(rng.integers(m)), int(rng.integers(k))))
+        one_rows.append((int(rng.integers(m)), int(rng.integers(k))))
         rng = cell_rng(settings.seed, layer, "F9", "pct", regime)
         rows = rng.choice(m, size=fraction_count(settings.pct_fraction, m), replace=False, shuffle=False)
-        pct.append(np.sort(rows).astype(np.int64))
-    return Picks(np.concatenate(flats), np.concatenate(segments), tuple(one), tuple(pct))
+        pct_rows.append(np.sort(rows).astype(np.int64))
+    return Picks(np.concatenate(flats), tuple(sizes), tuple(one_rows), tuple(pct_rows))
 
 
 def _all(x: torch.Tensor) -> torch.Tensor:
@@ -116,6 +128,31 @@ def _scales(s: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor, tor
     return s, torch.where(zero, s, snapped), bad
 
 
+def _f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
+    """F5's float32 reductions of both regimes, [R, M, N]: ``total += f32(P_t) * s_w`` tile by tile
+    from zero, as ``campaign._LayerRun`` does, with every tile's partial sum and product made at once.
+
+    K is padded with zero columns to whole tiles: a zero column adds an exact zero to a partial sum
+    (a partial sum is an integer below 2^24 in magnitude, exact in float32 whatever the order). The
+    additions stay one per tile, in order, each rounded to float32.
+    """
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    if width * INT8_PRODUCT_MAX > F32_EXACT_BOUND:  # wide tiles: the exact partial sums, one by one
+        partials = torch.stack(list(tile_partial_sums(a_q, w_q, width)))
+    else:
+        tiles = -(-k // width)
+        pad = tiles * width - k
+        a32 = torch.nn.functional.pad(a_q.to(torch.float32), (0, pad)).reshape(m, tiles, width).transpose(0, 1)
+        w32 = torch.nn.functional.pad(w_q.to(torch.float32), (0, pad)).reshape(n, tiles, width).permute(1, 2, 0)
+        partials = torch.bmm(a32, w32)                                   # [T, M, N]
+    terms = partials[:, None] * s_w[None, :, None, :]                    # [T, R, M, N]
+    total = torch.zeros(terms.shape[1:], dtype=torch.float32, device=a_q.device)
+    for term in terms:
+        total.add_(term)
+    return total
+
+
 @dataclass
 class _Pending:
     """A layer whose device work is queued: its table, its flag, and what its rows need."""
@@ -128,9 +165,8 @@ class _Pending:
     elements: int
 
 
-def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, draws: Future[Picks]) -> _Pending:
-    """Queue every cell of one layer on ``device``; nothing is read back here. The seeded draws
-    are waited for only where first needed."""
+def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, picks: Picks) -> _Pending:
+    """Queue every cell of one layer on ``device``; nothing is read back here."""
     th = settings.thresholds
     a_q, w_q = op.a_q.to(device), op.w_q.to(device)
     m, k = a_q.shape
@@ -152,10 +188,7 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, dra
         """``pipeline.scale`` for both regimes at once: [R, M, N]."""
         return (acc_f32 * sa[:, :, None]) * s_w[:, None, :]
 
-    # F5: both regimes' float32 reductions in one pass over the K-tiles (``campaign._LayerRun``).
-    f5 = torch.zeros(R, m, n, dtype=torch.float32, device=device)
-    for partial in tile_partial_sums(a_q, w_q, settings.tile_width):
-        f5.add_(partial[None] * s_w[:, None, :])
+    f5 = _f5_totals(a_q, w_q, s_w, settings.tile_width)
 
     # F6: the least depth at which the accumulator wraps (``catalogue.f6_overflow_repeats``).
     big = torch.full_like(acc_max, 2**40)
@@ -199,7 +232,6 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, dra
     ident_all = ~_differ(a_all, a_q)
 
     # F9 one, per regime: one element moved, one accumulator row changed (a rank-one update).
-    picks = draws.result()
     acc32_one = acc32[None].repeat(R, 1, 1)
     absmax_one, match_one, ident_one = [], [], []
     for r, (row, col) in enumerate(picks.f9_one):
@@ -255,7 +287,9 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, dra
 
     # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
     at = torch.from_numpy(picks.flat).to(device, non_blocking=True)
-    seg = torch.from_numpy(picks.segment).to(device, non_blocking=True)
+    seg = torch.repeat_interleave(torch.arange(len(picks.sizes), device=device),
+                                  torch.tensor(picks.sizes).to(device, non_blocking=True),
+                                  output_size=picks.flat.size)
     segments = len(EPILOGUE_FAULTS) * R * 2
     g_nfa = nfa.reshape(-1)[at % (R * mn)]
     g_nfb = nfb[:len(EPILOGUE_FAULTS)].reshape(-1)[at]
@@ -336,19 +370,39 @@ def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> li
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
-               ) -> Iterator[list[dict[str, object]]]:
-    """Each layer's rows, in order. A layer's work is queued before the previous layer is read
-    back, and its seeded draws are made on a helper thread ahead of its turn."""
-    pending: _Pending | None = None
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        for op in layers:
+               workers: int = 0) -> Iterator[list[dict[str, object]]]:
+    """Each layer's rows, in order. A layer's work is queued before the previous layer is read back.
+
+    The seeded draws (host work as large as the rest of a layer's) are made ``workers`` processes
+    wide for the next ``2 * workers`` layers, while the device works; ``workers=0`` draws in line.
+    Worker processes are forked and only draw numbers (numpy), never touching the device.
+    """
+    pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) if workers > 0
+            else None)
+    ahead: deque[tuple[Operands, Future[Picks] | Picks]] = deque()
+    source = iter(layers)
+
+    def fill() -> None:
+        while len(ahead) < max(1, 2 * workers):
+            op = next(source, None)
+            if op is None:
+                return
             _validate(op)
-            m, k, n = op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0]
-            draws: Future[Picks] = pool.submit(draw_picks, op.layer, m, k, n, settings)
-            if not (_scales_fit(op.s_a, m) and _scales_fit(op.s_w, n)):
-                current: _Pending | list[dict[str, object]] = run_layer_cells(op, settings, device)
+            shape = (op.layer, op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings)
+            ahead.append((op, pool.submit(draw_picks, *shape) if pool else draw_picks(*shape)))
+
+    pending: _Pending | None = None
+    try:
+        fill()
+        while ahead:
+            op, draws = ahead.popleft()
+            fill()
+            picks = draws.result() if isinstance(draws, Future) else draws
+            m, n = op.a_q.shape[0], op.w_q.shape[0]
+            if _scales_fit(op.s_a, m) and _scales_fit(op.s_w, n):
+                current: _Pending | list[dict[str, object]] = _enqueue(op, settings, device, picks)
             else:
-                current = _enqueue(op, settings, device, draws)
+                current = run_layer_cells(op, settings, device)
             if pending is not None:
                 yield _finish(pending, settings, device)
                 pending = None
@@ -358,3 +412,6 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
                 pending = current
         if pending is not None:
             yield _finish(pending, settings, device)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)

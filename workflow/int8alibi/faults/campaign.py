@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -400,7 +401,8 @@ def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device:
     if chosen == "batched":
         from .batched import run_layers
 
-        per_layer: Iterable[list[dict[str, Any]]] = run_layers(items, settings, device)
+        workers = min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else 0
+        per_layer: Iterable[list[dict[str, Any]]] = run_layers(items, settings, device, workers)
     else:
         per_layer = (run_layer_cells(op, settings, device) for op in items)
     rows = [row for layer in per_layer for row in layer]
