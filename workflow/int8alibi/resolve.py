@@ -2,10 +2,10 @@
 
 ``plan`` runs while Snakemake parses the Snakefile (``workflow/rules/common.smk``): it resolves the
 config's device and arm pair on the planning host, with the reason, into the ``resolved`` block of
-the run config (``<results>/.run/config.yaml``), or reuses the block an earlier plan wrote for the
-same ``device`` and ``arms`` values. A cluster job re-parsing the Snakefile on a compute node
+the run config (``<results>/.run/<digest>/config.yaml``), or reuses the block an earlier plan wrote for
+the same ``device`` and ``arms`` values (``config.earlier_plan``). A cluster job re-parsing the Snakefile on a compute node
 therefore reads the resolution; it does not make its own. To resolve again (e.g. after moving a
-finished CPU run to a GPU host) delete the run config or name device and arms explicitly.
+finished CPU run to a GPU host) delete ``<results>/.run/`` or name device and arms explicitly.
 
 Stages read the block through ``Config.resolved_device`` / ``Config.resolved_arms`` and build what
 it names with ``stage_device`` / ``stage_arms``. When the resolved device or arm cannot run where the
@@ -78,7 +78,7 @@ def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -
     """
     if RESOLVED in config:
         raise InputError("the config has a 'resolved' block: that block is written by the pipeline into "
-                         "<results>/.run/config.yaml when it plans a run; remove it from your config")
+                         "<results>/.run/<digest>/config.yaml when it plans a run; remove it from your config")
     earlier = (previous or {}).get(RESOLVED)
     if isinstance(earlier, Mapping) and earlier.get("spec") == _spec(config):
         block = dict(earlier)
@@ -101,7 +101,7 @@ def stage_device(cfg: Config, arms: Sequence[str] = ()) -> torch.device:
         what = f"arm{'s' if len(arms) > 1 else ''} {', '.join(arms)} on device cuda" if arms else "device cuda"
         raise InputError(f"{what} ({_origin(cfg)}) cannot run on host {host()}: no CUDA device is visible to torch "
                          "here; nothing is substituted: run this job where a GPU is visible, or plan the run again "
-                         "(delete <results>/.run/config.yaml or name device and arms in the config)")
+                         "(delete <results>/.run/ or name device and arms in the config)")
     return torch.device(name)
 
 

@@ -65,7 +65,7 @@ except Int8AlibiError as exc:
     _stop(exc)
 
 # One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
-_RUN = [] if RESULTS == "results" else [Path(RESULTS).name]
+_RUN = [] if config.get("results", "results") == "results" else [Path(RESULTS).name]
 LOGS = Path("logs", *_RUN).as_posix()
 BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 
