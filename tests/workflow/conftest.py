@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from int8alibi.workflow_support import LLMCOMPRESSOR_VENV
+
 PROJECT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
@@ -32,6 +34,11 @@ def copy_project(dest: Path, with_git: bool = True) -> Path:
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)
+    # llm-compressor's virtualenv is ignored by git (./bootstrap builds it); the reference_checkpoint
+    # rule names it by a relative path, so the copy links to this checkout's
+    tool_venv = PROJECT / LLMCOMPRESSOR_VENV
+    if tool_venv.is_dir():
+        (dest / LLMCOMPRESSOR_VENV).symlink_to(tool_venv, target_is_directory=True)
     if with_git:
         _git(dest, "init", "-q", "-b", "main")
         _git(dest, "add", "-A")
