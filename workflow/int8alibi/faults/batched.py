@@ -34,11 +34,12 @@ from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumul
 from ..checks import CellEvidence, OutputComparison
 from ..operands import Operands
 from . import catalogue as cat
-from .campaign import (EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng, fraction_count,
+from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng, fraction_count,
                        layer_rows, picked_elements, run_layer_cells)
 from .pipeline import REGIMES, tile_partial_sums
 
 R = len(REGIMES)
+CELLS_PER_REGIME = CELLS_PER_LAYER // R
 # Arm B slabs, in the order of the stacked output tensor.
 SLABS = (*EPILOGUE_FAULTS, "F9-all", "F9-one", "F9-pct", "F6", "F7")
 _F9, _F6 = 5, 8
@@ -94,7 +95,7 @@ def draw_picks(layer: str, m: int, k: int, n: int, settings: CampaignSettings) -
 
 
 def _all(x: torch.Tensor) -> torch.Tensor:
-    return x.all().to(torch.int64)
+    return x.all()
 
 
 def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -102,6 +103,15 @@ def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if x.dtype.is_floating_point:
         x, y = x.view(torch.int32), y.view(torch.int32)
     return (x != y).any()
+
+
+def _to_device(values: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on ``device`` without waiting for the device: a copy from pageable memory may
+    wait for the stream's queued work, a copy from pinned memory does not."""
+    tensor = torch.from_numpy(values)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _ordered(bits: torch.Tensor) -> torch.Tensor:
@@ -155,14 +165,22 @@ def _f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: i
 
 @dataclass
 class _Pending:
-    """A layer whose device work is queued: its table, its flag, and what its rows need."""
+    """A layer whose device work is queued: its answers (table, facts, flag in one int64 vector, on
+    their way to the host), and what its rows need."""
 
     op: Operands
-    table: torch.Tensor
-    facts: torch.Tensor
-    flag: torch.Tensor
+    packed: torch.Tensor
+    done: torch.cuda.Event | None
     k: int
     elements: int
+
+    def read(self) -> tuple[np.ndarray, list[int], bool]:
+        """Wait for this layer alone (later layers' work stays queued) and unpack its answers."""
+        if self.done is not None:
+            self.done.synchronize()
+        values = self.packed.numpy()
+        cells = R * CELLS_PER_REGIME * 5
+        return values[:cells].reshape(R, CELLS_PER_REGIME, 5), values[cells:-1].tolist(), bool(values[-1])
 
 
 def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, picks: Picks) -> _Pending:
@@ -246,8 +264,10 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
         ident_one.append(~_differ(moved, a_q))
 
     # F9 pct, per regime: a fraction of the activation scales one float32 step up.
-    s_a_pct = torch.stack([cat.f9_pct(s_a[r], torch.as_tensor(rows).to(device, non_blocking=True))
-                           for r, rows in enumerate(picks.f9_pct)])
+    host = _to_device(np.concatenate([picks.flat, np.asarray(picks.sizes, dtype=np.int64), *picks.f9_pct]), device)
+    at, sizes, pct_rows = host.split([picks.flat.size, len(picks.sizes), sum(r.size for r in picks.f9_pct)])
+    s_a_pct = torch.stack([cat.f9_pct(s_a[r], rows)
+                           for r, rows in enumerate(pct_rows.split([r.size for r in picks.f9_pct]))])
     ident_pct = torch.stack([~_differ(s_a_pct[r], s_a[r]) for r in range(R)])
 
     # Every arm B output before its bf16 rounding, [slab, R, M, N], and the reference's.
@@ -286,9 +306,7 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
     nf_self = nfb.sum(-1)       # [slab, R]: each output against itself (F6, F7)
 
     # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
-    at = torch.from_numpy(picks.flat).to(device, non_blocking=True)
-    seg = torch.repeat_interleave(torch.arange(len(picks.sizes), device=device),
-                                  torch.tensor(picks.sizes).to(device, non_blocking=True),
+    seg = torch.repeat_interleave(torch.arange(len(picks.sizes), device=device), sizes,
                                   output_size=picks.flat.size)
     segments = len(EPILOGUE_FAULTS) * R * 2
     g_nfa = nfa.reshape(-1)[at % (R * mn)]
@@ -318,18 +336,28 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
     changed = outputs[..., 0].clone()
     changed[:, 15:17] = whole[_F6:_F6 + 2, :, 0].T
     table = torch.cat([outputs, changed[..., None]], -1)
-    facts = torch.stack([t.reshape(()).to(torch.int64) for t in (
-        absmax, base_match, r6, match6, r7, match7, absmax7, boosted, absmax_all, match_all, ident_all,
-        *absmax_one, *match_one, *ident_one, *ident_pct, *pow2, *pow2_pct)])
+    numbers = torch.stack([absmax, r6, r7, absmax7, absmax_all, *absmax_one])
+    truths = torch.cat([torch.stack([base_match, match6, match7, boosted, match_all, ident_all, *match_one,
+                                     *ident_one]), ident_pct, pow2, pow2_pct])
+    facts = torch.cat([numbers, truths.to(torch.int64)])
     flag = torch.stack([f.reshape(()) for f in flags]).any()
-    return _Pending(op, table, facts, flag, k, mn)
+    packed = torch.cat([table.reshape(-1), facts, flag.reshape(1).to(torch.int64)])
+    done = None
+    if device.type == "cuda":  # copied into pinned memory behind this layer's work; an event marks the end
+        host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)
+        packed = host.copy_(packed, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+    return _Pending(op, packed, done, k, mn)
 
 
 def _cells(p: _Pending, table: np.ndarray, facts: list[int]) -> Iterator[_Cell]:
     """The layer's cells from the two tables read back, as ``campaign._LayerRun.cells`` yields them."""
-    (absmax, base_match, r6, match6, r7, match7, absmax7, boosted, absmax_all, match_all, ident_all) = facts[:11]
-    rest = facts[11:]
-    absmax_one, match_one, ident_one, ident_pct, pow2, pow2_pct = (rest[i * R:(i + 1) * R] for i in range(6))
+    absmax, r6, r7, absmax7, absmax_all = facts[:5]
+    absmax_one = facts[5:5 + R]
+    base_match, match6, match7, boosted, match_all, ident_all = facts[5 + R:11 + R]
+    rest = facts[11 + R:]
+    match_one, ident_one, ident_pct, pow2, pow2_pct = (rest[i * R:(i + 1) * R] for i in range(5))
     kinds = [(f, s) for f in EPILOGUE_FAULTS for s in SEVERITIES] + [("F6", "all"), ("F7", "all"), ("F8", "all")]
     kinds += [("F9", "all"), ("F9", "one"), ("F9", "pct")]
     for r, regime in enumerate(REGIMES):
@@ -364,9 +392,10 @@ def _scales_fit(s: object, rows: int) -> bool:
 def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[dict[str, object]]:
     """Read one layer's tables back (the one synchronisation per layer) and make its rows; a flagged
     layer is rerun by the per-cell engine."""
-    if bool(p.flag.item()):
+    table, facts, flagged = p.read()
+    if flagged:
         return run_layer_cells(p.op, settings, device)
-    return layer_rows(p.op, _cells(p, p.table.cpu().numpy(), p.facts.cpu().tolist()), settings)
+    return layer_rows(p.op, _cells(p, table, facts), settings)
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
