@@ -149,3 +149,24 @@ def test_reduced_sweep_on_the_gpu(spec: dict[str, Any]) -> None:
     if len(fp8):
         by_k = fp8.groupby("k")["prevalence"].mean()
         assert by_k.is_monotonic_increasing and by_k.iloc[-1] > by_k.iloc[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_reduced_sweep_of_the_fallback_pairs_on_the_gpu(spec: dict[str, Any]) -> None:
+    """Without vLLM: cublaslt vs triton equal their emulations; torch._scaled_mm vs the project's
+    Triton FP8 kernel repeat themselves and differ more at larger K."""
+    small = copy.deepcopy(spec)
+    small["grid"].update(k=[512, 32768], seeds=[0, 1])
+    small["pairs"] = [{**p, "arms": p["fallback"]} for p in small["pairs"] if p["fallback"] is not None]
+    frame = stage.frame(stage.sweep(small, torch.device("cuda"))[0], stage.COUNTS_SCHEMA)
+    assert set(frame["status"]) == {stage.RUN}
+    int8 = frame[frame["format"] == "int8"]
+    assert list(int8["arm_a"].unique()) == ["cublaslt"] and int8["a_equals_emulation"].all()
+    assert int8["b_equals_emulation"].all()
+    fp8 = frame[frame["format"] == "fp8"]
+    assert list(fp8["arm_b"].unique()) == ["triton-fp8"]
+    assert fp8["a_repeatable"].all() and fp8["b_repeatable"].all()
+    by_k = fp8.groupby("k")["prevalence"].mean()
+    print(f"torch._scaled_mm vs triton-fp8 prevalence by K: {by_k.to_dict()}")
+    assert by_k.loc[32768] > by_k.loc[512]
