@@ -130,14 +130,15 @@ def qpath(path):
     return "".join(q(f"{{{part}}}") if i % 2 else shlex.quote(part) if part else "" for i, part in enumerate(parts))
 
 
-def stage_cmd(stage, out, extra=""):
-    """The one-line command of a stage; `python` from PATH (set above), relative paths only.
+def stage_cmd(stage, out, extra="", python="python"):
+    """The one-line command of a stage; `python` from PATH (set above), relative paths only
+    (`python` names another interpreter for a rule that runs in its own environment: reference.smk).
 
     Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (write any
     other value into `extra` as a placeholder, e.g. `--input results={RESULTS:q}` or a param), and
     the run config as the global `{RUN_CONFIG:q}`. Append the log as `" 2> {log:q}"`.
     """
-    return f"python -m int8alibi.stages.{stage} --config {{RUN_CONFIG:q}} --out {qpath(out)} {q(extra)}".rstrip()
+    return f"{python} -m int8alibi.stages.{stage} --config {{RUN_CONFIG:q}} --out {qpath(out)} {q(extra)}".rstrip()
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU

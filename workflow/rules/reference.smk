@@ -12,7 +12,6 @@ rule reference_checkpoint:
     output:
         manifest=f"{RESULTS}/reference/manifest.json",
     params:
-        out=f"{RESULTS}/reference",
         code=code_digest("reference"),
         cfg=config_digest(RUN, ["model"]),
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
@@ -27,6 +26,10 @@ rule reference_checkpoint:
     conda:
         "../../envs/llmcompressor.yaml"
     shell:
-        llmcompressor_python(any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method))
-        + " -m int8alibi.stages.reference --config {RUN_CONFIG:q} --out {params.out:q}"
-        + " --input parent={input.parent:q} 2> {log:q}"
+        stage_cmd(
+            "reference",
+            f"{RESULTS}/reference",
+            "--input parent={input.parent}",
+            python=llmcompressor_python(any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)),
+        )
+        + " 2> {log:q}"
