@@ -105,13 +105,34 @@ def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x != y).any()
 
 
-def _to_device(values: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array on ``device`` without waiting for the device: a copy from pageable memory may
-    wait for the stream's queued work, a copy from pinned memory does not."""
-    tensor = torch.from_numpy(values)
-    if device.type != "cuda":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
+class _Staging:
+    """Pinned host buffers, reused in turn, for sending a layer's draws to the device.
+
+    A copy from pageable memory may wait for the work queued on the stream, a copy from pinned
+    memory does not; pinning a fresh array per layer costs more than the copy. A buffer is reused
+    only after the event recorded behind its last copy has passed.
+    """
+
+    def __init__(self, count: int = 3) -> None:
+        self._buffers: list[tuple[torch.Tensor, torch.cuda.Event | None]] = [
+            (torch.empty(0, dtype=torch.int64), None) for _ in range(count)]
+        self._turn = 0
+
+    def send(self, values: np.ndarray, device: torch.device) -> torch.Tensor:
+        if device.type != "cuda":
+            return torch.from_numpy(values).to(device)
+        buffer, done = self._buffers[self._turn]
+        if done is not None:
+            done.synchronize()
+        if buffer.numel() < values.size:
+            buffer = torch.empty(max(values.size, 2 * buffer.numel()), dtype=torch.int64, pin_memory=True)
+        buffer[:values.size].numpy()[:] = values
+        sent = buffer[:values.size].to(device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._buffers[self._turn] = (buffer, event)
+        self._turn = (self._turn + 1) % len(self._buffers)
+        return sent
 
 
 def _ordered(bits: torch.Tensor) -> torch.Tensor:
@@ -183,7 +204,8 @@ class _Pending:
         return values[:cells].reshape(R, CELLS_PER_REGIME, 5), values[cells:-1].tolist(), bool(values[-1])
 
 
-def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, picks: Picks) -> _Pending:
+def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, picks: Picks,
+             staging: _Staging) -> _Pending:
     """Queue every cell of one layer on ``device``; nothing is read back here."""
     th = settings.thresholds
     a_q, w_q = op.a_q.to(device), op.w_q.to(device)
@@ -264,7 +286,7 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
         ident_one.append(~_differ(moved, a_q))
 
     # F9 pct, per regime: a fraction of the activation scales one float32 step up.
-    host = _to_device(np.concatenate([picks.flat, np.asarray(picks.sizes, dtype=np.int64), *picks.f9_pct]), device)
+    host = staging.send(np.concatenate([picks.flat, np.asarray(picks.sizes, dtype=np.int64), *picks.f9_pct]), device)
     at, sizes, pct_rows = host.split([picks.flat.size, len(picks.sizes), sum(r.size for r in picks.f9_pct)])
     s_a_pct = torch.stack([cat.f9_pct(s_a[r], rows)
                            for r, rows in enumerate(pct_rows.split([r.size for r in picks.f9_pct]))])
@@ -398,16 +420,29 @@ def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> li
     return layer_rows(p.op, _cells(p, table, facts), settings)
 
 
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ProcessPoolExecutor | None:
+    """The draw workers, forked once per process and kept (forking a large process costs tens of
+    milliseconds per worker); None for ``workers=0``."""
+    if workers <= 0:
+        return None
+    if workers not in _POOLS:
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return _POOLS[workers]
+
+
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
                workers: int = 0) -> Iterator[list[dict[str, object]]]:
     """Each layer's rows, in order. A layer's work is queued before the previous layer is read back.
 
     The seeded draws (host work as large as the rest of a layer's) are made ``workers`` processes
     wide for the next ``2 * workers`` layers, while the device works; ``workers=0`` draws in line.
-    Worker processes are forked and only draw numbers (numpy), never touching the device.
+    Worker processes are forked once and kept; they only draw numbers (numpy), never touching the
+    device.
     """
-    pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) if workers > 0
-            else None)
+    pool = _pool(workers)
     ahead: deque[tuple[Operands, Future[Picks] | Picks]] = deque()
     source = iter(layers)
 
@@ -421,6 +456,7 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
             ahead.append((op, pool.submit(draw_picks, *shape) if pool else draw_picks(*shape)))
 
     pending: _Pending | None = None
+    staging = _Staging()
     try:
         fill()
         while ahead:
@@ -429,7 +465,7 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
             picks = draws.result() if isinstance(draws, Future) else draws
             m, n = op.a_q.shape[0], op.w_q.shape[0]
             if _scales_fit(op.s_a, m) and _scales_fit(op.s_w, n):
-                current: _Pending | list[dict[str, object]] = _enqueue(op, settings, device, picks)
+                current: _Pending | list[dict[str, object]] = _enqueue(op, settings, device, picks, staging)
             else:
                 current = run_layer_cells(op, settings, device)
             if pending is not None:
@@ -442,5 +478,6 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
         if pending is not None:
             yield _finish(pending, settings, device)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        for _, draws in ahead:
+            if isinstance(draws, Future):
+                draws.cancel()

@@ -191,6 +191,7 @@ class _Launchers:
         self._compiled: dict[tuple[object, ...], object] = {}
 
     def launch(self, kernel: object, grid: tuple[int, ...], args: tuple[object, ...], **options: object) -> None:
+        grid = (*grid, *(1,) * (3 - len(grid)))  # a compiled kernel's launcher takes all three
         key = (id(kernel), grid, tuple(_specialisation(a) for a in args), tuple(options.items()))
         compiled = self._compiled.get(key)
         if compiled is not None:
