@@ -91,7 +91,7 @@ def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
     return [f"{reasons[0]}; table content changed (rows {rec.get('rows')} -> {table.num_rows})"]
 
 
-def _stray(path: Path, manifest: Mapping[str, Any], located: Mapping[str, list[tuple[dict[str, Any], Path]]]) -> list[str]:
+def _stray(path: Path, located: Mapping[str, list[tuple[dict[str, Any], Path]]]) -> list[str]:
     """Files in the stage folder that the manifest does not declare, symbolic links, and outputs
     recorded outside the folder. A sub-folder with its own manifest is another stage (a shard)."""
     folder = path.absolute().parent
@@ -215,7 +215,7 @@ def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path
             located[role].append((dict(rec), Path(os.path.abspath(where_now))))
             for reason in _check_file(rec, where_now):
                 out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", reason))
-    out.extend(Finding(ERROR, where, "stage folder", reason) for reason in _stray(path, manifest, located))
+    out.extend(Finding(ERROR, where, "stage folder", reason) for reason in _stray(path, located))
     out.extend(Finding(ERROR, where, "upstream", reason) for reason in upstream_links(path, manifest))
     out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state))
     return out

@@ -9,7 +9,7 @@ byte before it, and a file edited after its stage ran stops the next stage inste
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -122,9 +122,9 @@ def verify_input(path: str | os.PathLike[str], own_dir: str | os.PathLike[str] |
     The input's stage manifest must be intact, list the input, and its files must still hash to
     their records (with ``whole``, every output of that manifest: stages read siblings of the file
     they are given); its own upstream links must still hold. A folder holding stage folders (the
-    results folder) is checked stage by stage, its direct sub-folders only (nested stages such as
-    faults shards are vouched for by their parent stage's upstream links). Returns the manifests checked; raises ManifestError
-    naming the input and the manifest.
+    results folder) is checked per direct sub-folder (nested stages such as faults shards are
+    vouched for by their parent stage's upstream links). Returns the manifests checked; raises
+    ManifestError naming the input and the manifest.
     """
     p, own = _abs(path), (_abs(own_dir) if own_dir is not None else None)
     manifest_path = stage_manifest_of(p, own)
@@ -150,13 +150,14 @@ def verify_input(path: str | os.PathLike[str], own_dir: str | os.PathLike[str] |
                 raise ManifestError(f"{where}: does not match the manifest {target} of stage {manifest['stage']!r} "
                                     f"({'; '.join(reasons[:3])}); it changed after that stage wrote it, so "
                                     f"rerun stage {manifest['stage']!r} (or restore the file)")
-        for reason in upstream_links(target, manifest):
-            raise ManifestError(f"{target}: {reason}")
+        broken = upstream_links(target, manifest)
+        if broken:
+            raise ManifestError(f"{target}: {broken[0]}")
     return targets
 
 
 def upstream_of(inputs: Iterable[tuple[Path, Mapping[str, Any]]], own_dir: Path,
-                record: Any) -> list[dict[str, str]]:
+                record: Callable[[Path], str]) -> list[dict[str, str]]:
     """The ``upstream`` block of a manifest being written: ``[{stage, manifest, digest}]`` of every
     stage folder its inputs lie in. ``inputs`` are (path, its input record, already hashed);
     an input that differs from its stage manifest's record, or that the manifest does not list, is
