@@ -57,7 +57,14 @@ def test_measured_tables_give_both_figures_naming_the_device(tmp_path: Path, pap
                 {"pair": "*", "arm": "*", "item": "compute_capability", "value": "sm_90"}]
     write_table(stage.frame(evidence, stage.EVIDENCE_SCHEMA), out / "evidence.parquet", stage.EVIDENCE_SCHEMA,
                 stage.EVIDENCE_KEY)
+    rows, selected = stage.model_rows(spec, counts)
+    write_table(stage.frame(rows, stage.FITS_SCHEMA), out / "fits.parquet", stage.FITS_SCHEMA, stage.FITS_KEY)
+    write_table(stage.frame(stage.summary_rows(spec, counts, selected), stage.SUMMARY_SCHEMA),
+                out / "summary.parquet", stage.SUMMARY_SCHEMA, stage.SUMMARY_KEY)
     blocks = ksweep.section(Tables(tmp_path), paper)
+    text = _texts(blocks)
+    assert "int8-cutlass-triton (vllm-cutlass vs vllm-triton)" in text and "not rejected (chi-square" in text
+    assert "selected model: generalized-saturation, alpha 0.5" in text
     figures = [b for b in blocks if isinstance(b, Figure)]
     assert [f.name for f in figures] == ["ksweep-prevalence", "ksweep-ulp-tail"]
     for f in figures:

@@ -27,6 +27,10 @@ def _pct(x: Any) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * float(x):.3g}%"
 
 
+def _share(x: float) -> str:
+    return f"{100 * x:.2f}%" if x >= 1e-3 else f"{x * 1e6:.2f} per million"
+
+
 def _device(evidence: pd.DataFrame | None) -> str:
     if evidence is None:
         return "device not recorded"
@@ -101,6 +105,25 @@ def paper_rows(paper: Mapping[str, Any], table: pd.DataFrame, summary: pd.DataFr
     return pd.DataFrame(rows, columns=["quantity", "pair", "paper", "this_run"])
 
 
+def verdicts(summary: pd.DataFrame, fits: pd.DataFrame | None) -> list[str]:
+    """One sentence per pair that ran: share differing, the constant-rate test, the selected model."""
+    lines = []
+    for r in summary[summary["status"] == RUN].itertuples():
+        text = (f"{r.pair} ({r.arm_a} vs {r.arm_b}): {int(r.differing):,} of {int(r.elements):,} elements differ "
+                f"({_share(r.differing / r.elements)}); constant rate over K {r.rate_test}")
+        if not pd.isna(r.chi_square):
+            text += f" (chi-square {float(r.chi_square):.4g}, df {int(r.df)}, p = {float(r.p_value):.3g})"
+        text += f"; selected model: {r.selected_model}"
+        chosen = fits[(fits["pair"] == r.pair) & (fits["model"] == r.selected_model)] if fits is not None else None
+        if chosen is not None and len(chosen) and not pd.isna(chosen["alpha"].iloc[0]):
+            c = chosen.iloc[0]
+            text += (f", alpha {float(c['alpha']):.3f} (seed jackknife 95% [{float(c['alpha_lower']):.3f}, "
+                     f"{float(c['alpha_upper']):.3f}]; halves {float(c['alpha_low_half']):.3f} / "
+                     f"{float(c['alpha_high_half']):.3f})")
+        lines.append(text + ".")
+    return lines
+
+
 def _figures(table: pd.DataFrame, paper: Mapping[str, Any], device: str, sources: tuple) -> list[Block]:
     prevalence = {pair: [(float(r.k), float(r.prevalence_mean), float(r.prevalence_min), float(r.prevalence_max))
                          for r in g.itertuples()] for pair, g in table.groupby("pair", sort=True)}
@@ -150,6 +173,8 @@ def section(t: Tables, paper: Mapping[str, Any]) -> list[Block]:
         blocks.append(Table(f"Per pair and K, over seeds ({device})", table, (csrc,)))
     blocks.append(Table("The paper's Section VII beside this run",
                         paper_rows(paper, table, summary[0] if summary else None, fits[0] if fits else None), sources))
+    if summary is not None:
+        blocks.extend(Paragraph(line) for line in verdicts(summary[0], fits[0] if fits else None))
     for got, caption in ((summary, "Constant-rate chi-square over K (counts summed over seeds) and selected model"),
                          (fits, "Candidate models: least squares on prevalence, leave-one-K-out held-out RMSE, "
                                 "alpha's seed-jackknife interval, half-range and leave-one-K-out refits"),
