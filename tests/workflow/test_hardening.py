@@ -110,9 +110,12 @@ def test_results_root_puts_results_outside_the_checkout_on_request(hostile: Path
 def test_more_bad_inputs_end_in_one_named_error_quickly(hostile: Path) -> None:
     cases = {
         "newline.yaml": (TINY.replace("results: results", 'results: "results\\nrm -rf x"'), ("results",)),
-        "huge.yaml": (TINY.replace("size_profile: tiny", "size_profile: " + "x" * 10_000_000), ("size_profile",)),
+        "huge.yaml": (TINY.replace("size_profile: tiny", "size_profile: " + "x" * 10_000_000),
+                      ("huge.yaml", "more than the 1048576")),
+        "long.yaml": (TINY.replace("size_profile: tiny", "size_profile: " + "x" * 500_000),
+                      ("size_profile", "maxLength")),
         "deep.yaml": (TINY.replace("seed: 0}", "seed: {deep: [1]}}"), ("model/synthetic/seed", "integer")),
-        "duplicate.yaml": (TINY + "device: cuda\n", ("duplicate key 'device'", "line 9")),
+        "duplicate.yaml": (TINY + "device: cuda\n", ("duplicate.yaml", "line 10: duplicate key 'device'")),
         "shards.yaml": (TINY + "faults_shards: 100000\n", ("faults_shards", "maximum of 1024")),
     }
     for name, (text, words) in cases.items():
@@ -121,6 +124,8 @@ def test_more_bad_inputs_end_in_one_named_error_quickly(hostile: Path) -> None:
         line = refused(smk(hostile, "-n", "--cores", "1", "--configfile", f"config/{name}", timeout=120), *words)
         assert len(line) < 1000 and time.monotonic() - start < 120, line[:500]
         (hostile / "config" / name).unlink()
+    refused(smk(hostile, "-n", "--cores", "1", "--configfile", "config/test.yaml", "--config",
+                "size_profile=" + "y" * 100_000, timeout=120), "size_profile", "maxLength")
     start = time.monotonic()
     refused(smk(hostile, "-n", "--cores", "1", "--configfile", "config/test.yaml", "--config", "faults_shards=1e20",
                 timeout=120), "faults_shards", "maximum of 1024")

@@ -104,7 +104,8 @@ ARMS = list(RUN["resolved"]["arms"])
 # Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support): the model's source
 # files by content, and the library versions and portable settings every job computes under.
 try:
-    SOURCES = source_digests(RUN, Path(RESULTS) / ".run")
+    # the hash cache lives beside Snakemake's own state: planning (a dry run too) writes nothing under results
+    SOURCES = source_digests(RUN, Path(".snakemake", "int8alibi"))
 except Int8AlibiError as exc:
     _stop(exc)
 ENVIRONMENT = environment_digest()
