@@ -10,7 +10,7 @@ a stage's bytes and that Snakemake cannot see as an input file is a param digest
 * ``source_digests``: the model's source files (the GGUF inside its package, every file of a
   Hugging Face parent directory, a committed checkpoint's files, a WikiText file) by name, size and
   SHA-256. Content, not timestamps: copying or moving a checkout reruns nothing, and editing a file
-  does. Hashes are cached by (path, size, mtime, inode) in ``<results>/.run/source-digests.json`` so
+  does. Hashes are cached by (path, size, mtime, inode) in ``.snakemake/int8alibi/source-digests.json`` so
   a parse hashes a file once per change, not on every invocation;
 * ``environment_digest``: the installed versions of the libraries that move bytes and the portable
   CPU settings (``int8alibi.portable``), so changing a pinned library reruns what ran under it.
