@@ -65,3 +65,39 @@ def test_gpu_equals_exact_cutlass_order(m):
     y, expected = arm.scaled_mm(a_q, w_q, s_a, s_w), ref.scaled_mm(a_q, w_q, s_a, s_w)
     assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
     assert torch.equal(arm.accumulator(a_q, w_q), ref.accumulator(a_q, w_q))
+
+
+EPILOGUE_CHILD = r'''
+import json, torch
+from int8alibi.kernels.exact import epilogue
+from int8alibi.kernels.triton_arm import cutlass_epilogue, interpreted
+assert interpreted()
+g = torch.Generator().manual_seed(5)
+results = []
+for m, n in ((1, 1), (33, 130), (64, 256)):
+    acc = torch.randint(-2**31, 2**31, (m, n), generator=g, dtype=torch.int64).to(torch.int32)
+    acc.view(-1)[:4] = torch.tensor([2**31 - 1, -2**31, 0, 2**24 + 1], dtype=torch.int32)[:acc.numel()]
+    s_a = torch.rand(m, generator=g) * 1e-3
+    s_w = torch.rand(n, generator=g) * 1e-2
+    s_a[0], s_w[0] = 1e-38, 3e-39                      # subnormal products
+    if n > 1:
+        s_w[1] = 1e30                                  # overflow to inf
+    y = cutlass_epilogue(acc, s_a, s_w)
+    results.append(bool(torch.equal(y.view(torch.int16), epilogue(acc, s_a, s_w, "cutlass").view(torch.int16))))
+print(json.dumps(results))
+'''
+
+
+def test_fused_epilogue_is_the_cutlass_order_under_the_interpreter():
+    """The one-kernel epilogue the cuBLASLt arm runs on a GPU, bit for bit ``exact.epilogue(.., "cutlass")``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", EPILOGUE_CHILD], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True]

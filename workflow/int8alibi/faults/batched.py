@@ -34,6 +34,7 @@ from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumul
 from ..checks import CellEvidence, OutputComparison
 from ..operands import Operands
 from . import catalogue as cat
+from . import compare
 from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng, fraction_count,
                        layer_rows, picked_elements, run_layer_cells)
 from .pipeline import REGIMES, tile_partial_sums
@@ -43,7 +44,6 @@ CELLS_PER_REGIME = CELLS_PER_LAYER // R
 # Arm B slabs, in the order of the stacked output tensor.
 SLABS = (*EPILOGUE_FAULTS, "F9-all", "F9-one", "F9-pct", "F6", "F7")
 _F9, _F6 = 5, 8
-_BF16_EXPONENT = 0x7F80
 INT32_MAX = 2**31 - 1
 # Columns of the per-cell table read back from the device.
 DIFFERING, MAX_D, NONFINITE, MISMATCH, CHANGED, ABSMAX, ACC_MATCH, POW2, IDENTICAL, REPEATS, BOOSTED = range(11)
@@ -133,11 +133,6 @@ class _Staging:
         self._buffers[self._turn] = (buffer, event)
         self._turn = (self._turn + 1) % len(self._buffers)
         return sent
-
-
-def _ordered(bits: torch.Tensor) -> torch.Tensor:
-    """bf16 bits (sign-extended int32) on the line of representable values (``checks.ordered_positions``)."""
-    return torch.where(bits < 0, -32768 - bits, bits)
 
 
 def _scales(s: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -292,52 +287,46 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
                            for r, rows in enumerate(pct_rows.split([r.size for r in picks.f9_pct]))])
     ident_pct = torch.stack([~_differ(s_a_pct[r], s_a[r]) for r in range(R)])
 
-    # Every arm B output before its bf16 rounding, [slab, R, M, N], and the reference's.
+    # Every arm B output, [slab, R, M, N] bf16, each rounded from its float32 values as it is made.
     ref_f32 = scaled(accf, s_a)
     s_a16, s_w16 = bf16_round(s_a, "rne").to(torch.float32), bf16_round(s_w, "rne").to(torch.float32)
     f2_first = accf * s_a[:, :, None]
-    f2_partial = f2_first.to(torch.bfloat16).to(torch.float32)
-    pre = torch.stack([
-        (accf * s_a16[:, :, None]) * s_w16[:, None, :],
-        f2_partial * s_w[:, None, :],
-        accf * (s_a[:, :, None] * s_w[:, None, :]),
-        ref_f32,
-        f5 * s_a[:, :, None],
-        scaled(acc32_all.to(torch.float32), s_a),
-        (acc32_one.to(torch.float32) * s_a[:, :, None]) * s_w[:, None, :],
-        scaled(accf, s_a_pct),
-        scaled(acc32_6.to(torch.float32), s_a),
-        scaled(acc32_7.to(torch.float32), s_a),
-    ])
-    flags += [torch.isnan(pre).any(), torch.isnan(f2_first).any()]
+    flags.append(torch.isnan(f2_first).any())
     y_ref = ref_f32.to(torch.bfloat16)
-    y = pre.to(torch.bfloat16)
+    y = torch.empty((len(SLABS), R, m, n), dtype=torch.bfloat16, device=device)
+    y[0] = (accf * s_a16[:, :, None]) * s_w16[:, None, :]
+    y[1] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, None, :]
+    del f2_first
+    y[2] = accf * (s_a[:, :, None] * s_w[:, None, :])
     y[3] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # F4: toward zero
-    del pre, f2_first, f2_partial, f5
+    del ref_f32
+    y[4] = f5 * s_a[:, :, None]
+    del f5
+    y[5] = scaled(acc32_all.to(torch.float32), s_a)
+    y[6] = (acc32_one.to(torch.float32) * s_a[:, :, None]) * s_w[:, None, :]
+    y[7] = scaled(accf, s_a_pct)
+    y[8] = scaled(acc32_6.to(torch.float32), s_a)
+    y[9] = scaled(acc32_7.to(torch.float32), s_a)
+    # A NaN before a rounding shows as a NaN after it (F4 rounds the reference's values).
+    flags += [torch.isnan(y).any(), torch.isnan(y_ref).any()]
 
-    # Per-element facts of each slab against the reference: differ, ulp distance, non-finite flags.
-    ia = y_ref.reshape(R, mn).view(torch.int16).to(torch.int32)
-    ib = y.reshape(len(SLABS), R, mn).view(torch.int16).to(torch.int32)
-    differ = ib != ia
-    nfa = (ia & _BF16_EXPONENT) == _BF16_EXPONENT
-    nfb = (ib & _BF16_EXPONENT) == _BF16_EXPONENT
-    either = nfa | nfb
-    dist = torch.where(either, -1, (_ordered(ib) - _ordered(ia)).abs_())
-    whole = torch.stack([differ.sum(-1), dist.amax(-1).to(torch.int64), either.sum(-1), (nfa ^ nfb).sum(-1)], -1)  # [slab, R, 4]
-    nf_ref = nfa.sum(-1)        # [R]
-    nf_self = nfb.sum(-1)       # [slab, R]: each output against itself (F6, F7)
+    # Comparison facts of each slab against the reference, over all elements (one pass on a GPU).
+    ref_flat, outs = y_ref.reshape(R, mn), y.reshape(len(SLABS), R, mn)
+    stats = compare.whole(ref_flat, outs)                                        # [slab, R, 5]
+    whole = stats[..., :4]
+    nf_self = stats[..., compare.OWN_NONFINITE]                                  # each output against itself
+    nf_ref = ((compare.bits32(ref_flat) & compare.BF16_EXPONENT) == compare.BF16_EXPONENT).sum(-1)   # [R]
 
     # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
     seg = torch.repeat_interleave(torch.arange(len(picks.sizes), device=device), sizes,
                                   output_size=picks.flat.size)
     segments = len(EPILOGUE_FAULTS) * R * 2
-    g_nfa = nfa.reshape(-1)[at % (R * mn)]
-    g_nfb = nfb[:len(EPILOGUE_FAULTS)].reshape(-1)[at]
+    g_differ, g_nfa, g_nfb, g_dist = compare.facts(compare.bits32(ref_flat.reshape(-1)[at % (R * mn)]),
+                                                   compare.bits32(outs[:len(EPILOGUE_FAULTS)].reshape(-1)[at]))
     counts = torch.zeros(segments, 3, dtype=torch.int64, device=device)
-    counts.index_add_(0, seg, torch.stack([differ[:len(EPILOGUE_FAULTS)].reshape(-1)[at],
-                                           (g_nfa | g_nfb) & ~g_nfa, g_nfa ^ g_nfb], -1).to(torch.int64))
+    counts.index_add_(0, seg, torch.stack([g_differ, (g_nfa | g_nfb) & ~g_nfa, g_nfa ^ g_nfb], -1).to(torch.int64))
     top_d = torch.full((segments,), -1, dtype=torch.int32, device=device)
-    top_d.scatter_reduce_(0, seg, dist[:len(EPILOGUE_FAULTS)].reshape(-1)[at], "amax", include_self=True)
+    top_d.scatter_reduce_(0, seg, g_dist, "amax", include_self=True)
 
     # Scale facts per regime: is every scale a power of two.
     pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                      # [R]
