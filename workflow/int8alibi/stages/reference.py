@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from ..config import Config
 from ..errors import InputError
 from ..model.sources import PARENT_DIR, PARENT_SCHEMA, PARENT_TABLE
+from ..provenance.atomic import temp_dir
 from ..provenance.hashing import tree_hashes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table
@@ -104,7 +104,7 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path =
     folder = verified_parent_dir(parent_table)
     log.info("reference: %s quantizes %s", describe(versions), folder)
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{CHECKPOINT_DIR}.", suffix=".tmp"))
+    staging = temp_dir(out_dir, CHECKPOINT_DIR)
     try:
         quantize(folder, staging)
         for f in staging.iterdir():

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from ..config import Config
 from ..errors import GateError, InputError, ProtocolError
 from ..model.layers import LayerRef, quantized_linears
 from ..model.sources import PARENT_DIR, PARENT_TABLE, describe_source, load_hf_model, load_saved_parent
+from ..provenance.atomic import temp_dir
 from ..provenance.hashing import listing_digest, tree_hashes
 from ..provenance.manifest import load_manifest, write_manifest
 from ..provenance.parquet import write_table
@@ -346,7 +346,7 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, checkpoint: Path
         gate = GATE_SELF_BUILT
     log.info("requant gate: %s (reference: %s)", gate, ref.label if ref is not None else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{CHECKPOINTS_DIR}.", suffix=".tmp"))
+    staging = temp_dir(out_dir, CHECKPOINTS_DIR)
     try:
         table = build_arms(loaded, division, staging, gate, ref)
         staging.chmod(0o755)
