@@ -120,6 +120,8 @@ def test_gpu_batched_gives_the_cpu_rows(settings: CampaignSettings) -> None:
 def test_worker_processes_draw_what_the_per_cell_engine_draws(layers: list[Operands], settings: CampaignSettings,
                                                               campaign_rows: pd.DataFrame) -> None:
     from int8alibi.faults.batched import run_layers
+    from int8alibi.faults.campaign import ROW_COLUMNS
 
     rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), workers=2) for row in layer]
-    pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows), campaign_rows, check_exact=True)
+    pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), campaign_rows,
+                                  check_exact=True)

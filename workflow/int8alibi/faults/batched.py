@@ -400,7 +400,7 @@ def _scales_fit(s: object, rows: int) -> bool:
             and tuple(s.shape) in ((rows,), (rows, 1)))
 
 
-def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[dict[str, object]]:
+def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[tuple[object, ...]]:
     """Read one layer's tables back (the one synchronisation per layer) and make its rows; a flagged
     layer is rerun by the per-cell engine."""
     table, facts, flagged = p.read()
@@ -423,7 +423,7 @@ def _pool(workers: int) -> ProcessPoolExecutor | None:
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
-               workers: int = 0) -> Iterator[list[dict[str, object]]]:
+               workers: int = 0) -> Iterator[list[tuple[object, ...]]]:
     """Each layer's rows, in order. A layer's work is queued before the previous layer is read back.
 
     The seeded draws (host work as large as the rest of a layer's) are made ``workers`` processes
@@ -454,7 +454,7 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
             picks = draws.result() if isinstance(draws, Future) else draws
             m, n = op.a_q.shape[0], op.w_q.shape[0]
             if _scales_fit(op.s_a, m) and _scales_fit(op.s_w, n):
-                current: _Pending | list[dict[str, object]] = _enqueue(op, settings, device, picks, staging)
+                current: _Pending | list[tuple[object, ...]] = _enqueue(op, settings, device, picks, staging)
             else:
                 current = run_layer_cells(op, settings, device)
             if pending is not None:

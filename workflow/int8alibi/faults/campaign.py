@@ -341,28 +341,26 @@ class _LayerRun:
         return _Cell("F9", severity, regime, ev, outputs.differing, 1, False)
 
 
-def layer_rows(op: Operands, cells: Iterable[_Cell], settings: CampaignSettings) -> list[dict[str, Any]]:
-    """One row per cell x check (``CELLS_PER_LAYER * 7`` rows); the columns of ``run_layer``."""
-    rows: list[dict[str, Any]] = []
+ROW_COLUMNS = ("layer", "block", "proj", "fault", "severity", "regime", "changed_elements", "observable", "max_ulp",
+               "nonfinite", "k_effective", "tile_repeats", "f7_boost", "check", "applicable", "fired", "reason")
+
+
+def layer_rows(op: Operands, cells: Iterable[_Cell], settings: CampaignSettings) -> list[tuple[Any, ...]]:
+    """One row per cell x check (``CELLS_PER_LAYER * 7`` rows) as tuples in ``ROW_COLUMNS`` order."""
+    rows: list[tuple[Any, ...]] = []
+    identity = (op.layer, int(op.block), op.proj)
     for cell in cells:
         ev = cell.evidence
-        common = {
-            "layer": op.layer, "block": int(op.block), "proj": op.proj,
-            "fault": cell.fault, "severity": cell.severity, "regime": cell.regime,
-            "changed_elements": cell.changed, "observable": cell.changed > 0,
-            "max_ulp": ev.outputs.max_finite_ulp, "nonfinite": ev.outputs.nonfinite,
-            "k_effective": max(ev.k), "tile_repeats": cell.repeats, "f7_boost": cell.boosted,
-        }
-        for result in evaluate(ev, settings.thresholds):
-            rows.append({**common, "check": result.check, "applicable": result.applicable,
-                         "fired": result.fired, "reason": result.reason})
+        common = (*identity, cell.fault, cell.severity, cell.regime, cell.changed, cell.changed > 0,
+                  ev.outputs.max_finite_ulp, ev.outputs.nonfinite, max(ev.k), cell.repeats, cell.boosted)
+        rows.extend((*common, r.check, r.applicable, r.fired, r.reason) for r in evaluate(ev, settings.thresholds))
     if len(rows) != CELLS_PER_LAYER * 7:
         raise InputError(f"layer {op.layer!r}: campaign produced {len(rows)} rows, expected {CELLS_PER_LAYER * 7}")
     return rows
 
 
 def run_layer_cells(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[tuple[Any, ...]]:
     """The rows of one layer from the per-cell engine (``_LayerRun``)."""
     return layer_rows(op, _LayerRun(op, settings, torch.device(device)).cells(), settings)
 
@@ -402,10 +400,10 @@ def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device:
         from .batched import run_layers
 
         workers = min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else 0
-        per_layer: Iterable[list[dict[str, Any]]] = run_layers(items, settings, device, workers)
+        per_layer: Iterable[list[tuple[Any, ...]]] = run_layers(items, settings, device, workers)
     else:
         per_layer = (run_layer_cells(op, settings, device) for op in items)
     rows = [row for layer in per_layer for row in layer]
     if not rows:
         raise InputError("fault campaign: no layers to run")
-    return pd.DataFrame.from_records(rows)
+    return pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS))
