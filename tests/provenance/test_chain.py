@@ -13,7 +13,7 @@ import pytest
 
 from provenance_project import build_run
 from int8alibi.errors import Int8AlibiError, ManifestError
-from int8alibi.provenance.audit import ERROR, diff, diff_main, verify, verify_main
+from int8alibi.provenance.audit import ERROR, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.chain import root_digest, stage_manifest_of, verify_input
 from int8alibi.provenance.manifest import load_manifest, manifest_digest, write_manifest
 
@@ -256,10 +256,13 @@ def test_diff_rehashes_a_flipped_byte_in_a_copy(project: Path, capsys: pytest.Ca
     shutil.copytree(results, copy)
     flip_byte(copy / "alpha" / "note.txt")
     found = diff(results, copy)
-    assert [d.field for d in found] == ["outputs[<results>/alpha/note.txt].sha256"]
+    assert [d.field for d in found] == ["outputs[<results>/alpha/note.txt].changed_since_recorded",
+                                        "outputs[<results>/alpha/note.txt].sha256"]
+    assert explain(found) == {"alpha": "outputs[<results>/alpha/note.txt]: no longer what its manifest recorded "
+                                       "in one run (the file changed after the stage ran; run verify on that run)"}
     assert diff_main([str(results), str(copy)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "stage alpha (files re-hashed)" and out[-1].startswith("1 difference(s) in 1 stage(s)")
+    assert out[0] == "stage alpha (files re-hashed)" and out[-1].startswith("2 difference(s) in 1 stage(s)")
     # recorded digests only: the manifests agree, and the output says that files were not re-hashed
     assert diff(results, copy, rehash=False) == []
     assert diff_main([str(results), str(copy), "--recorded-only"]) == 0
@@ -274,4 +277,25 @@ def test_diff_rehash_sees_a_missing_file(project: Path) -> None:
     found = diff(results, copy)
     assert [(d.stage, d.field, d.b) for d in found] == [
         ("beta", "outputs[<results>/beta/summary.txt].bytes", "(absent)"),
+        ("beta", "outputs[<results>/beta/summary.txt].changed_since_recorded", True),
         ("beta", "outputs[<results>/beta/summary.txt].sha256", "(absent)")]
+
+
+def test_diff_rehash_rereads_a_changed_table(project: Path) -> None:
+    import pandas as pd
+
+    from int8alibi.provenance.parquet import write_table
+    from provenance_project import TABLE_SCHEMA
+
+    results, copy = project / "results", project / "results-copy"
+    shutil.copytree(results, copy)
+    table = copy / "alpha" / "layers.parquet"  # another valid table under the same, untouched manifest
+    write_table(pd.DataFrame({"layer": ["q"], "k": [1], "max_ulp": [0.0]}), table, TABLE_SCHEMA, ["layer"])
+    fields = {d.field: d for d in diff(results, copy) if d.stage == "alpha"}
+    assert fields["outputs[<results>/alpha/layers.parquet].changed_since_recorded"].b is True
+    assert (fields["outputs[<results>/alpha/layers.parquet].rows"].a,
+            fields["outputs[<results>/alpha/layers.parquet].rows"].b) == (3, 1)
+    assert "outputs[<results>/alpha/layers.parquet].content_digest" in fields
+    table.write_bytes(b"not parquet")
+    fields = {d.field: d for d in diff(results, copy) if d.stage == "alpha"}
+    assert fields["outputs[<results>/alpha/layers.parquet].content_digest"].b == "(not a readable Parquet file)"

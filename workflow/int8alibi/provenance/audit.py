@@ -330,8 +330,9 @@ def _portable(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _rehashed(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest with each output and input record's digest (and size) replaced by what the
-    file holds now, so ``diff`` compares bytes, not what the manifests claim."""
+    """The manifest with each output and input record's digest (and size; for Parquet, rows and
+    content digest) replaced by what the file holds now, so ``diff`` compares bytes, not what the
+    manifests claim; a record whose file no longer matches it gains ``changed_since_recorded``."""
     out = dict(manifest)
     for role in ("outputs", "inputs"):
         records = []
@@ -345,8 +346,16 @@ def _rehashed(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
                 new.update(sha256=listing_digest(files) if where.is_dir() else ABSENT, files=files)
             elif where.is_file():
                 new.update(sha256=sha256_file(where), bytes=where.stat().st_size)
+                if "content_digest" in rec and new["sha256"] != rec["sha256"]:
+                    try:
+                        table = read_arrow(where)
+                        new.update(rows=table.num_rows, content_digest=content_digest(table))
+                    except Int8AlibiError:
+                        new.update(rows=ABSENT, content_digest="(not a readable Parquet file)")
             else:
                 new.update(sha256=ABSENT, bytes=ABSENT)
+            if new["sha256"] != rec["sha256"]:
+                new["changed_since_recorded"] = True
             records.append(new)
         out[role] = records
     return out
@@ -423,7 +432,11 @@ def explain(differences: list[Difference]) -> dict[str, str]:
         sections = {_section(d.field) for d in diffs}
         causes = [c for c in CAUSES if c in sections]
         outputs = [d for d in diffs if _section(d.field) == "outputs"]
-        if not outputs:
+        stale = [d.field.rsplit(".", 1)[0] for d in diffs if d.field.endswith(".changed_since_recorded")]
+        if stale:
+            out[stage] = (f"{', '.join(stale)}: no longer what its manifest recorded in one run (the file "
+                          "changed after the stage ran; run verify on that run)")
+        elif not outputs:
             out[stage] = f"outputs identical despite differences in {', '.join(causes)}"
         elif causes:
             out[stage] = f"outputs differ; recorded causes: {', '.join(causes)}"
