@@ -86,6 +86,11 @@ def test_forging_the_whole_chain_changes_the_root_digest(project: Path, capsys: 
     assert after != before  # ...but the root digest a reviewer compares with the published one moved
     assert verify_main([str(results)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"root digest: {after}"
+    # the reviewer holding the published value is told
+    assert verify_main([str(results), "--expect-root", before]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"error: {results.as_posix()}: root digest: {after} is not the expected {before}"
+    assert verify_main([str(results), "--expect-root", after.upper()]) == 0
 
 
 def test_root_digest_is_the_same_for_a_rerun_and_a_copy(project: Path) -> None:

@@ -260,18 +260,26 @@ def verify_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="int8alibi verify",
         description="Re-hash every output and input named by the manifests under RESULTS, check each "
-                    "manifest's digest, the protocol files it pinned, and the amendment chain.")
+                    "manifest's digest, its upstream manifests, undeclared files, the protocol files it "
+                    "pinned and the amendment chain; print the run's root digest.")
     parser.add_argument("results", nargs="?", default="results", type=Path,
                         help="a results folder, a stage folder or one manifest.json (default: results)")
     parser.add_argument("--project-root", type=Path, default=None,
                         help="project checkout holding preregistration/ (default: inferred per manifest)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument("--expect-root", metavar="SHA256", default=None,
+                        help="the published root digest: anything else is an error")
     args = parser.parse_args(argv)
     findings = verify(args.results, args.project_root)
     manifests = find_manifests(args.results) if args.results.exists() else []
-    errors = sum(f.level == ERROR for f in findings)
     base = args.results if args.results.is_dir() else args.results.parent
-    root = root_digest(manifests, base) if manifests and not errors else None
+    clean = manifests and not any(f.level == ERROR for f in findings)
+    root = root_digest(manifests, base) if clean else None
+    if args.expect_root is not None and root != args.expect_root.strip().lower():
+        findings.append(Finding(ERROR, base.as_posix(), "root digest",
+                                f"{root or 'none (the run does not verify)'} is not the expected "
+                                f"{args.expect_root}"))
+    errors = sum(f.level == ERROR for f in findings)
     if args.json:
         report = {"manifests": [m.as_posix() for m in manifests], "errors": errors, "root_digest": root,
                   "findings": [asdict(f) for f in findings]}
