@@ -267,3 +267,14 @@ def test_sharded_parent_files_the_index_does_not_describe_are_refused(sharded_pa
         damage(broken)
         with pytest.raises(InputError, match=rf"{broken}/{message}"):
             sources.load_hf_model(broken)
+
+
+def test_hf_parent_with_a_corrupt_tokenizer_is_refused(tmp_path: Path):
+    tokenizer = sources.gguf_tokenizer()
+    parent = _save(build_synthetic("tiny", 0, vocab_size=len(tokenizer)), tmp_path / "parent")
+    tokenizer.save_pretrained(parent)
+    sources.load_hf_dir(parent)
+    for text in ("{garbage", '{"version": "1.0", "model": 5}', ""):
+        (parent / "tokenizer.json").write_text(text)
+        with pytest.raises(InputError, match=rf"{parent}: no loadable tokenizer \("):
+            sources.load_hf_dir(parent)
