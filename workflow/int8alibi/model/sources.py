@@ -236,15 +236,16 @@ def _key_names(keys: Any) -> list[str]:
     return sorted(str(k[0] if isinstance(k, (tuple, list)) else k) for k in keys or ())
 
 
-def _check_loading_info(directory: Path, where: Mapping[str, Path], info: Mapping[str, Any]) -> None:
-    """Refuse a parent that does not fill the model exactly: transformers would initialise a missing
-    or mis-shaped tensor randomly (different bytes on every load) and drop an unexpected one."""
+def _check_loading_info(source: Path, where: Mapping[str, Path], info: Mapping[str, Any]) -> None:
+    """Refuse a parent (HF folder or GGUF file) that does not fill the model exactly: transformers
+    would initialise a missing or mis-shaped tensor randomly (other bytes on every load) and drop
+    an unexpected one. ``where``: tensor name -> the file holding it, where known."""
     def files(names: list[str]) -> str:
-        return ", ".join(sorted({where[n].name for n in names if n in where})) or "no file"
+        return ", ".join(sorted({where[n].name for n in names if n in where})) or source.name
 
     problems = []
     if missing := _key_names(info.get("missing_keys")):
-        problems.append(f"missing tensor(s) {missing[:8]} (in none of the .safetensors files)")
+        problems.append(f"missing tensor(s) {missing[:8]} (stored nowhere in {source.name})")
     if unexpected := _key_names(info.get("unexpected_keys")):
         problems.append(f"unexpected tensor(s) {unexpected[:8]} in {files(unexpected)}")
     if mismatched := _key_names(info.get("mismatched_keys")):
@@ -252,7 +253,7 @@ def _check_loading_info(directory: Path, where: Mapping[str, Path], info: Mappin
     if errors := [str(e) for e in info.get("error_msgs") or ()]:
         problems.append(f"load errors: {'; '.join(errors)[:400]}")
     if problems:
-        raise InputError(f"{directory}: the weights do not match the model its config.json describes: "
+        raise InputError(f"{source}: the weights do not match the model its config describes: "
                          + "; ".join(problems))
 
 
@@ -307,10 +308,12 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
 
     gguf = gguf_package_file(package)
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model, loading = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                              output_loading_info=True)
         tokenizer = gguf_tokenizer(package)
     except Exception as exc:  # the gguf reader and transformers raise many types for a bad file
         raise InputError(f"{gguf}: not a loadable GGUF model ({type(exc).__name__}: {str(exc)[:300]})") from exc
+    _check_loading_info(gguf, {}, loading)
     # One round-to-nearest-even cast of the dequantized weights. Parameters only: buffers such as
     # the rotary inverse frequencies stay float32, as in a model loaded from bf16 safetensors.
     for param in model.parameters():
