@@ -125,3 +125,15 @@ def test_worker_processes_draw_what_the_per_cell_engine_draws(layers: list[Opera
     rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), workers=2) for row in layer]
     pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), campaign_rows,
                                   check_exact=True)
+
+
+def test_batches_of_any_size_keep_the_layer_order(settings: CampaignSettings) -> None:
+    from int8alibi.faults.batched import run_layers
+    from int8alibi.faults.campaign import ROW_COLUMNS
+
+    layers = list(synthetic_layers("qwen3-1.7b", m=4, seed=9, blocks=2))
+    cells = run_campaign(layers, settings, "cpu", progress=False, engine="cells")
+    for batch in (1, 3):
+        rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), batch=batch) for row in layer]
+        pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), cells,
+                                      check_exact=True)

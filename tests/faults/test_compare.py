@@ -41,14 +41,14 @@ CHILD = textwrap.dedent(r'''
     g = torch.Generator().manual_seed(3)
     results = []
     for e in (1, 4096, 5000):
-        ref = torch.randint(-32768, 32768, (2, e), generator=g, dtype=torch.int64)
-        out = ref.repeat(3, 1, 1)
+        ref = torch.randint(-32768, 32768, (2, 2, e), generator=g, dtype=torch.int64)
+        out = ref[:, None].repeat(1, 3, 1, 1)
         flips = torch.rand(out.shape, generator=g) < 0.3
         out = torch.where(flips, torch.randint(-32768, 32768, out.shape, generator=g, dtype=torch.int64), out)
         if e >= 16:
-            out[0, 0, :16] = special
-            out[1, 1, :16] = special
-        out[2] = out[2] ^ 1                     # one ulp-ish everywhere
+            out[0, 0, 0, :16] = special
+            out[1, 1, 1, :16] = special
+        out[:, 2] = out[:, 2] ^ 1               # the lowest bit flipped everywhere
         to16 = lambda t: t.to(torch.int16).view(torch.bfloat16)
         a, b = to16(ref), to16(out)
         results.append(bool(torch.equal(whole_triton(a, b), whole_torch(a, b))))
@@ -67,8 +67,8 @@ def test_triton_pass_equals_the_tensor_pass_under_the_interpreter() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_triton_pass_equals_the_tensor_pass_on_the_gpu() -> None:
     g = torch.Generator().manual_seed(4)
-    ref = torch.randint(-32768, 32768, (2, 70000), generator=g).to(torch.int16).view(torch.bfloat16)
-    out = torch.randint(-32768, 32768, (4, 2, 70000), generator=g).to(torch.int16).view(torch.bfloat16)
-    out[1] = ref
-    out[0, 0, :len(SPECIAL)] = bf16(SPECIAL)
+    ref = torch.randint(-32768, 32768, (3, 2, 70000), generator=g).to(torch.int16).view(torch.bfloat16)
+    out = torch.randint(-32768, 32768, (3, 4, 2, 70000), generator=g).to(torch.int16).view(torch.bfloat16)
+    out[:, 1] = ref
+    out[0, 0, 0, :len(SPECIAL)] = bf16(SPECIAL)
     assert torch.equal(compare.whole(ref.cuda(), out.cuda()).cpu(), compare.whole_torch(ref, out))

@@ -1,9 +1,10 @@
-"""The campaign's layer with every cell computed at once on the device: no per-cell host synchronisation.
+"""The campaign with every cell of several layers computed at once on the device: no per-cell host
+synchronisation.
 
 ``campaign._LayerRun`` walks the cells one by one and reads answers back to the host dozens of
-times per layer, which leaves a GPU idle. Here a layer is a fixed sequence of device operations
-whose result is one small int64 table (a row of numbers per cell), read back one layer later,
-while the device already works on the next layer:
+times per layer, which leaves a GPU idle. Here layers of one shape are batched (up to
+``BATCH``), and a batch is a fixed sequence of device operations whose result is one small int64
+table (a row of numbers per cell), read back while the device already works on the next batch:
 
 * every arm B output of both regimes is one stacked tensor (epilogue faults F1-F5, the three F9
   rungs, F6, F7), compared with the fault-free reference in one pass: per element the bitwise
@@ -16,7 +17,8 @@ while the device already works on the next layer:
 The answers are the per-cell engine's by construction: the same float32 operations on the same
 values in the same order, the same seeded draws. Where that engine takes another route (a NaN
 reaches a bf16 rounding, a scale fails validation, F6 or F7 cannot be induced) the device raises
-a flag, and the layer is rerun by ``campaign._LayerRun``, which gives its answer or its error.
+a flag, and the batch's layers are rerun by ``campaign._LayerRun``, which gives its answer or its
+error. Rows come out in the order of the layers given.
 """
 
 from __future__ import annotations
@@ -94,17 +96,6 @@ def draw_picks(layer: str, m: int, k: int, n: int, settings: CampaignSettings) -
     return Picks(np.concatenate(flats), tuple(sizes), tuple(one_rows), tuple(pct_rows))
 
 
-def _all(x: torch.Tensor) -> torch.Tensor:
-    return x.all()
-
-
-def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Whether two same-dtype tensors differ in any bit (a device bool)."""
-    if x.dtype.is_floating_point:
-        x, y = x.view(torch.int32), y.view(torch.int32)
-    return (x != y).any()
-
-
 class _Staging:
     """Pinned host buffers, reused in turn, for sending a layer's draws to the device.
 
@@ -135,93 +126,127 @@ class _Staging:
         return sent
 
 
-def _scales(s: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(own, pow2-nearest, bad flag): ``pipeline.regime_scales`` without reading anything back.
+def _rowwise_all(x: torch.Tensor) -> torch.Tensor:
+    """Per layer (leading dimension): whether every entry is true."""
+    return x.flatten(1).all(1)
+
+
+def _scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(own, pow2-nearest, bad flag) of float32 scales: ``pipeline.regime_scales`` without reading
+    anything back.
 
     Valid scales (finite, >= 0, nonzero ones normal and snapping below 2^128) give that function's
-    values; anything else raises the flag and the layer is rerun by the per-cell engine, whose
+    values; anything else raises the flag and the layers are rerun by the per-cell engine, whose
     validation then names the problem.
     """
-    s = s.reshape(rows).to(torch.float32)
     bits = s.view(torch.int32)
     exp, frac = (bits >> 23) & 0xFF, bits & 0x7FFFFF
     zero = s == 0
     significand = ((1 << 23) + frac).to(torch.int64)
-    up = (significand * significand >= 2 << 46).to(torch.int32)
-    snapped_exp = exp + up
+    snapped_exp = exp + (significand * significand >= 2 << 46).to(torch.int32)
     bad = (~torch.isfinite(s) | (s < 0) | (~zero & ((exp == 0) | (snapped_exp >= 0xFF)))).any()
     snapped = (snapped_exp.clamp(max=0xFE) << 23).view(torch.float32)
     return s, torch.where(zero, s, snapped), bad
 
 
+def _exact(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """Exact int64 accumulators of a batch, [L, M, N] from [L, M, K] and [L, N, K]: one float64
+    batched matmul (every partial sum is an integer below 2^53, exact in any order), as
+    ``arith.exact_accumulator`` computes them layer by layer."""
+    if a_q.shape[2] * INT8_PRODUCT_MAX > 2**53:
+        return torch.stack([exact_accumulator(a, w) for a, w in zip(a_q, w_q)])
+    return torch.bmm(a_q.to(torch.float64), w_q.to(torch.float64).transpose(1, 2)).to(torch.int64)
+
+
 def _f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
-    """F5's float32 reductions of both regimes, [R, M, N]: ``total += f32(P_t) * s_w`` tile by tile
-    from zero, as ``campaign._LayerRun`` does, with every tile's partial sum and product made at once.
+    """F5's float32 reductions of both regimes, [L, R, M, N]: ``total += f32(P_t) * s_w`` tile by
+    tile from zero, as ``campaign._LayerRun`` does, with every tile's partial sum and product made
+    at once.
 
     K is padded with zero columns to whole tiles: a zero column adds an exact zero to a partial sum
     (a partial sum is an integer below 2^24 in magnitude, exact in float32 whatever the order). The
     additions stay one per tile, in order, each rounded to float32.
     """
-    m, k = a_q.shape
-    n = w_q.shape[0]
+    layers, m, k = a_q.shape
+    n = w_q.shape[1]
     if width * INT8_PRODUCT_MAX > F32_EXACT_BOUND:  # wide tiles: the exact partial sums, one by one
-        partials = torch.stack(list(tile_partial_sums(a_q, w_q, width)))
+        partials = torch.stack([torch.stack(list(tile_partial_sums(a, w, width))) for a, w in zip(a_q, w_q)])
     else:
         tiles = -(-k // width)
         pad = tiles * width - k
-        a32 = torch.nn.functional.pad(a_q.to(torch.float32), (0, pad)).reshape(m, tiles, width).transpose(0, 1)
-        w32 = torch.nn.functional.pad(w_q.to(torch.float32), (0, pad)).reshape(n, tiles, width).permute(1, 2, 0)
-        partials = torch.bmm(a32, w32)                                   # [T, M, N]
-    terms = partials[:, None] * s_w[None, :, None, :]                    # [T, R, M, N]
-    total = torch.zeros(terms.shape[1:], dtype=torch.float32, device=a_q.device)
-    for term in terms:
-        total.add_(term)
+        a32 = torch.nn.functional.pad(a_q.to(torch.float32), (0, pad)).reshape(layers, m, tiles, width)
+        w32 = torch.nn.functional.pad(w_q.to(torch.float32), (0, pad)).reshape(layers, n, tiles, width)
+        partials = torch.bmm(a32.permute(0, 2, 1, 3).reshape(layers * tiles, m, width),
+                             w32.permute(0, 2, 3, 1).reshape(layers * tiles, width, n)).reshape(layers, tiles, m, n)
+    terms = partials[:, :, None] * s_w[:, None, :, None, :]             # [L, T, R, M, N]
+    total = torch.zeros((layers, R, m, n), dtype=torch.float32, device=a_q.device)
+    for t in range(terms.shape[1]):
+        total.add_(terms[:, t])
     return total
 
 
 @dataclass
 class _Pending:
-    """A layer whose device work is queued: its answers (table, facts, flag in one int64 vector, on
-    their way to the host), and what its rows need."""
+    """A batch whose device work is queued: its answers (per layer a table and facts, and one flag,
+    in one int64 vector on its way to the host), and what its rows need."""
 
-    op: Operands
+    ops: list[Operands]
     packed: torch.Tensor
     done: torch.cuda.Event | None
     k: int
     elements: int
 
-    def read(self) -> tuple[np.ndarray, list[int], bool]:
-        """Wait for this layer alone (later layers' work stays queued) and unpack its answers."""
+    def read(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Wait for this batch alone (later batches stay queued) and unpack: tables [L, R, 21, 5],
+        facts [L, F], flag."""
         if self.done is not None:
             self.done.synchronize()
         values = self.packed.numpy()
-        cells = R * CELLS_PER_REGIME * 5
-        return values[:cells].reshape(R, CELLS_PER_REGIME, 5), values[cells:-1].tolist(), bool(values[-1])
+        layers = len(self.ops)
+        cells = layers * R * CELLS_PER_REGIME * 5
+        return (values[:cells].reshape(layers, R, CELLS_PER_REGIME, 5),
+                values[cells:-1].reshape(layers, -1), bool(values[-1]))
 
 
-def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, picks: Picks,
+def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.device, draws: list[Picks],
              staging: _Staging) -> _Pending:
-    """Queue every cell of one layer on ``device``; nothing is read back here."""
+    """Queue every cell of a batch of same-shaped layers on ``device``; nothing is read back here."""
     th = settings.thresholds
-    a_q, w_q = op.a_q.to(device), op.w_q.to(device)
-    m, k = a_q.shape
-    n = w_q.shape[0]
+    a_q = torch.stack([op.a_q.to(device) for op in ops])                          # [L, M, K]
+    w_q = torch.stack([op.w_q.to(device) for op in ops])                          # [L, N, K]
+    layers, m, k = a_q.shape
+    n = w_q.shape[1]
     mn = m * n
-    sa_own, sa_pow2, bad_a = _scales(op.s_a.to(device), m)
-    sw_own, sw_pow2, bad_w = _scales(op.s_w.to(device), n)
+    sa_own, sa_pow2, bad_a = _scales(torch.stack([op.s_a.to(device).reshape(m) for op in ops]).to(torch.float32))
+    sw_own, sw_pow2, bad_w = _scales(torch.stack([op.s_w.to(device).reshape(n) for op in ops]).to(torch.float32))
     flags = [bad_a, bad_w]
-    s_a, s_w = torch.stack([sa_own, sa_pow2]), torch.stack([sw_own, sw_pow2])   # [R, M], [R, N]
+    s_a, s_w = torch.stack([sa_own, sa_pow2], 1), torch.stack([sw_own, sw_pow2], 1)   # [L, R, M], [L, R, N]
 
-    acc = exact_accumulator(a_q, w_q)
-    acc_max, acc_min = acc.max(), acc.min()
+    # The seeded draws, sent at once: flat positions (offset to each layer's slabs), segment sizes,
+    # F9-one's (row, col) and F9-pct's rows per layer and regime.
+    pct = fraction_count(settings.pct_fraction, m)
+    host = np.concatenate([
+        *(d.flat + i * len(SLABS) * R * mn for i, d in enumerate(draws)),
+        *(np.asarray(d.sizes, dtype=np.int64) for d in draws),
+        *(np.asarray(d.f9_one, dtype=np.int64).reshape(-1) for d in draws),
+        *(r for d in draws for r in d.f9_pct)])
+    positions = sum(d.flat.size for d in draws)
+    segments = len(draws[0].sizes)
+    at, sizes, one_at, pct_rows = staging.send(host, device).split(
+        [positions, layers * segments, layers * R * 2, layers * R * pct])
+
+    acc = _exact(a_q, w_q)
+    acc_max, acc_min = acc.amax((1, 2)), acc.amin((1, 2))
     absmax = torch.maximum(acc_max, -acc_min)
     acc32 = wrap_int32(acc)
-    base_match = _all(acc32.to(torch.int64) == acc)
+    base_match = _rowwise_all(acc32.to(torch.int64) == acc)
     accf = acc32.to(torch.float32)
 
     def scaled(acc_f32: torch.Tensor, sa: torch.Tensor) -> torch.Tensor:
-        """``pipeline.scale`` for both regimes at once: [R, M, N]."""
-        return (acc_f32 * sa[:, :, None]) * s_w[:, None, :]
+        """``pipeline.scale`` for both regimes at once: [L, R, M, N] from [L, M, N] or [L, R, M, N]."""
+        if acc_f32.dim() == 3:
+            acc_f32 = acc_f32[:, None]
+        return (acc_f32 * sa[..., None]) * s_w[:, :, None, :]
 
     f5 = _f5_totals(a_q, w_q, s_w, settings.tile_width)
 
@@ -230,140 +255,143 @@ def _enqueue(op: Operands, settings: CampaignSettings, device: torch.device, pic
     top, bottom = acc_max, -acc_min
     r6 = torch.minimum(torch.where(top > 0, -(-(2**31) // top.clamp(min=1)), big),
                        torch.where(bottom > 0, 2**31 // bottom.clamp(min=1) + 1, big))
-    flags.append(r6 == big)
+    flags.append((r6 == big).any())
     r6 = torch.where(r6 == big, torch.ones_like(r6), r6)
-    exact6 = acc * r6
+    exact6 = acc * r6[:, None, None]
     acc32_6 = wrap_int32(exact6)
-    match6 = _all(acc32_6.to(torch.int64) == exact6)
+    match6 = _rowwise_all(acc32_6.to(torch.int64) == exact6)
+    del exact6
 
     # F7: tile past 2^24 below the int32 bound; boost row 0 first when tiling alone cannot.
     def f7_depth(top_abs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = th.f32_exact_bound // top_abs.clamp(min=1) + 1
         return r, (top_abs > 0) & (th.product_bound * r * k < th.int32_limit)
 
+    every = torch.arange(layers, device=device)
     r0, ok0 = f7_depth(absmax)
-    j = w_q.to(torch.int32).abs().sum(dim=1).argmax()
-    boost_row = (127 * torch.sign(w_q.index_select(0, j.reshape(1)).to(torch.int16))).to(torch.int8)
-    new_row0 = exact_accumulator(boost_row, w_q)[0]
-    rest = acc[1:].abs().max() if m > 1 else torch.zeros_like(absmax)
-    absmax_b = torch.maximum(rest, new_row0.abs().max())
+    j = w_q.to(torch.int32).abs().sum(dim=2).argmax(dim=1)                       # [L]
+    boost_row = (127 * torch.sign(w_q[every, j].to(torch.int16))).to(torch.int8)  # [L, K]
+    new_row0 = _exact(boost_row[:, None, :], w_q)[:, 0]                          # [L, N]
+    rest = acc[:, 1:].abs().amax((1, 2)) if m > 1 else torch.zeros_like(absmax)
+    absmax_b = torch.maximum(rest, new_row0.abs().amax(1))
     rb, okb = f7_depth(absmax_b)
     boosted = ~ok0
-    flags.append(boosted & ~okb)
+    flags.append((boosted & ~okb).any())
     r7 = torch.where(boosted, rb, r0)
     acc7 = acc.clone()
-    acc7[0] = torch.where(boosted, new_row0, acc[0])
-    exact7 = acc7 * r7
+    acc7[:, 0] = torch.where(boosted[:, None], new_row0, acc[:, 0])
+    exact7 = acc7 * r7[:, None, None]
+    del acc7
     acc32_7 = wrap_int32(exact7)
-    match7 = _all(acc32_7.to(torch.int64) == exact7)
+    match7 = _rowwise_all(acc32_7.to(torch.int64) == exact7)
+    del exact7
     absmax7 = r7 * torch.where(boosted, absmax_b, absmax)
 
     # F9 all: every activation element one step away.
     a_all = cat.f9_all(a_q)
-    acc_all = exact_accumulator(a_all, w_q)
+    acc_all = _exact(a_all, w_q)
     acc32_all = wrap_int32(acc_all)
-    absmax_all = torch.maximum(absmax, acc_all.abs().max())
-    match_all = base_match & _all(acc32_all.to(torch.int64) == acc)
-    ident_all = ~_differ(a_all, a_q)
+    absmax_all = torch.maximum(absmax, acc_all.abs().amax((1, 2)))
+    del acc_all
+    match_all = base_match & _rowwise_all(acc32_all.to(torch.int64) == acc)
+    ident_all = ~(a_all != a_q).flatten(1).any(1)
 
-    # F9 one, per regime: one element moved, one accumulator row changed (a rank-one update).
-    acc32_one = acc32[None].repeat(R, 1, 1)
-    absmax_one, match_one, ident_one = [], [], []
-    for r, (row, col) in enumerate(picks.f9_one):
-        step = torch.where(a_q[row, col] == 127, -1, 1).to(torch.int64)
-        acc_row = acc[row] + step * w_q[:, col].to(torch.int64)
-        wrapped = wrap_int32(acc_row)
-        acc32_one[r, row] = wrapped
-        absmax_one.append(torch.maximum(absmax, acc_row.abs().max()))
-        match_one.append(base_match & _all(wrapped.to(torch.int64) == acc[row]))
-        moved = a_q.clone()
-        moved[row, col] += step.to(torch.int8)
-        ident_one.append(~_differ(moved, a_q))
+    # F9 one, per layer and regime: one element moved, one accumulator row changed (rank one).
+    rows, cols = one_at.reshape(layers, R, 2).unbind(-1)                           # [L, R] each
+    li, ri = every[:, None], torch.arange(R, device=device)[None, :]
+    before = a_q[li, rows, cols]                                                   # [L, R] int8
+    step = torch.where(before == 127, -1, 1)
+    acc_row = acc[li, rows] + step[..., None] * w_q[li, :, cols].to(torch.int64)   # [L, R, N]
+    wrapped = wrap_int32(acc_row)
+    acc32_one = acc32[:, None].repeat(1, R, 1, 1)
+    acc32_one[li, ri, rows] = wrapped
+    absmax_one = torch.maximum(absmax[:, None], acc_row.abs().amax(-1))
+    match_one = base_match[:, None] & (wrapped.to(torch.int64) == acc[li, rows]).all(-1)
+    ident_one = (before.to(torch.int16) + step).to(torch.int8) == before         # the only element that can move
 
-    # F9 pct, per regime: a fraction of the activation scales one float32 step up.
-    host = staging.send(np.concatenate([picks.flat, np.asarray(picks.sizes, dtype=np.int64), *picks.f9_pct]), device)
-    at, sizes, pct_rows = host.split([picks.flat.size, len(picks.sizes), sum(r.size for r in picks.f9_pct)])
-    s_a_pct = torch.stack([cat.f9_pct(s_a[r], rows)
-                           for r, rows in enumerate(pct_rows.split([r.size for r in picks.f9_pct]))])
-    ident_pct = torch.stack([~_differ(s_a_pct[r], s_a[r]) for r in range(R)])
+    # F9 pct, per layer and regime: a fraction of the activation scales one float32 step up.
+    chosen = pct_rows.reshape(layers, R, pct)
+    picked = s_a.gather(2, chosen)
+    s_a_pct = s_a.scatter(2, chosen, torch.nextafter(picked, torch.full_like(picked, float("inf"))))
+    ident_pct = ~(s_a_pct.view(torch.int32) != s_a.view(torch.int32)).any(-1)
 
-    # Every arm B output, [slab, R, M, N] bf16, each rounded from its float32 values as it is made.
+    # Every arm B output, [L, slab, R, M, N] bf16, each rounded from its float32 values as it is made.
     ref_f32 = scaled(accf, s_a)
     s_a16, s_w16 = bf16_round(s_a, "rne").to(torch.float32), bf16_round(s_w, "rne").to(torch.float32)
-    f2_first = accf * s_a[:, :, None]
+    f2_first = accf[:, None] * s_a[..., None]
     flags.append(torch.isnan(f2_first).any())
     y_ref = ref_f32.to(torch.bfloat16)
-    y = torch.empty((len(SLABS), R, m, n), dtype=torch.bfloat16, device=device)
-    y[0] = (accf * s_a16[:, :, None]) * s_w16[:, None, :]
-    y[1] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, None, :]
+    y = torch.empty((layers, len(SLABS), R, m, n), dtype=torch.bfloat16, device=device)
+    y[:, 0] = (accf[:, None] * s_a16[..., None]) * s_w16[:, :, None, :]
+    y[:, 1] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, :, None, :]
     del f2_first
-    y[2] = accf * (s_a[:, :, None] * s_w[:, None, :])
-    y[3] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # F4: toward zero
+    y[:, 2] = accf[:, None] * (s_a[..., None] * s_w[:, :, None, :])
+    y[:, 3] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # F4: toward zero
     del ref_f32
-    y[4] = f5 * s_a[:, :, None]
+    y[:, 4] = f5 * s_a[..., None]
     del f5
-    y[5] = scaled(acc32_all.to(torch.float32), s_a)
-    y[6] = (acc32_one.to(torch.float32) * s_a[:, :, None]) * s_w[:, None, :]
-    y[7] = scaled(accf, s_a_pct)
-    y[8] = scaled(acc32_6.to(torch.float32), s_a)
-    y[9] = scaled(acc32_7.to(torch.float32), s_a)
+    y[:, 5] = scaled(acc32_all.to(torch.float32), s_a)
+    y[:, 6] = scaled(acc32_one.to(torch.float32), s_a)
+    y[:, 7] = scaled(accf, s_a_pct)
+    y[:, 8] = scaled(acc32_6.to(torch.float32), s_a)
+    y[:, 9] = scaled(acc32_7.to(torch.float32), s_a)
     # A NaN before a rounding shows as a NaN after it (F4 rounds the reference's values).
     flags += [torch.isnan(y).any(), torch.isnan(y_ref).any()]
 
     # Comparison facts of each slab against the reference, over all elements (one pass on a GPU).
-    ref_flat, outs = y_ref.reshape(R, mn), y.reshape(len(SLABS), R, mn)
-    stats = compare.whole(ref_flat, outs)                                        # [slab, R, 5]
+    ref_flat, outs = y_ref.reshape(layers, R, mn), y.reshape(layers, len(SLABS), R, mn)
+    stats = compare.whole(ref_flat, outs)                                          # [L, slab, R, 5]
     whole = stats[..., :4]
-    nf_self = stats[..., compare.OWN_NONFINITE]                                  # each output against itself
-    nf_ref = ((compare.bits32(ref_flat) & compare.BF16_EXPONENT) == compare.BF16_EXPONENT).sum(-1)   # [R]
+    nf_self = stats[..., compare.OWN_NONFINITE]                                    # each output against itself
+    nf_ref = ((compare.bits32(ref_flat) & compare.BF16_EXPONENT) == compare.BF16_EXPONENT).sum(-1)   # [L, R]
 
     # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
-    seg = torch.repeat_interleave(torch.arange(len(picks.sizes), device=device), sizes,
-                                  output_size=picks.flat.size)
-    segments = len(EPILOGUE_FAULTS) * R * 2
-    g_differ, g_nfa, g_nfb, g_dist = compare.facts(compare.bits32(ref_flat.reshape(-1)[at % (R * mn)]),
-                                                   compare.bits32(outs[:len(EPILOGUE_FAULTS)].reshape(-1)[at]))
-    counts = torch.zeros(segments, 3, dtype=torch.int64, device=device)
+    seg = torch.repeat_interleave(torch.arange(layers * segments, device=device), sizes, output_size=positions)
+    slab_size = len(SLABS) * R * mn
+    ref_at = (at // slab_size) * (R * mn) + at % (R * mn)
+    g_differ, g_nfa, g_nfb, g_dist = compare.facts(compare.bits32(ref_flat.reshape(-1)[ref_at]),
+                                                   compare.bits32(outs.reshape(-1)[at]))
+    counts = torch.zeros(layers * segments, 3, dtype=torch.int64, device=device)
     counts.index_add_(0, seg, torch.stack([g_differ, (g_nfa | g_nfb) & ~g_nfa, g_nfa ^ g_nfb], -1).to(torch.int64))
-    top_d = torch.full((segments,), -1, dtype=torch.int32, device=device)
+    top_d = torch.full((layers * segments,), -1, dtype=torch.int32, device=device)
     top_d.scatter_reduce_(0, seg, g_dist, "amax", include_self=True)
 
-    # Scale facts per regime: is every scale a power of two.
-    pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                      # [R]
+    # Scale facts per layer and regime: is every scale a power of two.
+    pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                              # [L, R]
     pow2_pct = pow2 & is_pow2(s_a_pct).all(-1)
 
-    # The output comparison of every cell, [R, 21, 5] (differing, max distance, non-finite,
+    # The output comparison of every cell, [L, R, 21, 5] (differing, max distance, non-finite,
     # mismatches, changed elements), in the per-cell engine's order (``campaign._LayerRun.cells``).
     sev = torch.stack([counts[:, 0], top_d.to(torch.int64), counts[:, 1], counts[:, 2]], -1)
-    sev = sev.reshape(len(EPILOGUE_FAULTS), R, 2, 4)
-    sev[..., 2] += nf_ref[None, :, None]
-    epi = torch.cat([sev, whole[:len(EPILOGUE_FAULTS), :, None, :]], 2).permute(1, 0, 2, 3)
-    epi = epi.reshape(R, len(EPILOGUE_FAULTS) * 3, 4)
-    zeros = torch.zeros(R, dtype=torch.int64, device=device)
-    inflated = torch.stack([torch.stack([zeros, zeros, nf_self[s], zeros], -1) for s in (_F6, _F6 + 1)], 1)
-    null = torch.stack([zeros, zeros, nf_ref, zeros], -1)[:, None, :]
-    operand = whole[_F9:_F9 + 3].permute(1, 0, 2)
-    outputs = torch.cat([epi, inflated, null, operand], 1)
+    sev = sev.reshape(layers, len(EPILOGUE_FAULTS), R, 2, 4)
+    sev[..., 2] += nf_ref[:, None, :, None]
+    epi = torch.cat([sev, whole[:, :len(EPILOGUE_FAULTS), :, None, :]], 3).permute(0, 2, 1, 3, 4)
+    epi = epi.reshape(layers, R, len(EPILOGUE_FAULTS) * 3, 4)
+    zeros = torch.zeros((layers, R), dtype=torch.int64, device=device)
+    inflated = torch.stack([torch.stack([zeros, zeros, nf_self[:, s], zeros], -1) for s in (_F6, _F6 + 1)], 2)
+    null = torch.stack([zeros, zeros, nf_ref, zeros], -1)[:, :, None, :]
+    operand = whole[:, _F9:_F9 + 3].permute(0, 2, 1, 3)
+    outputs = torch.cat([epi, inflated, null, operand], 2)                          # [L, R, 21, 4]
     changed = outputs[..., 0].clone()
-    changed[:, 15:17] = whole[_F6:_F6 + 2, :, 0].T
+    changed[:, :, 15:17] = whole[:, _F6:_F6 + 2, :, 0].permute(0, 2, 1)
     table = torch.cat([outputs, changed[..., None]], -1)
-    numbers = torch.stack([absmax, r6, r7, absmax7, absmax_all, *absmax_one])
-    truths = torch.cat([torch.stack([base_match, match6, match7, boosted, match_all, ident_all, *match_one,
-                                     *ident_one]), ident_pct, pow2, pow2_pct])
-    facts = torch.cat([numbers, truths.to(torch.int64)])
+    numbers = torch.cat([torch.stack([absmax, r6, r7, absmax7, absmax_all], 1), absmax_one], 1)
+    truths = torch.cat([torch.stack([base_match, match6, match7, boosted, match_all, ident_all], 1),
+                        match_one, ident_one, ident_pct, pow2, pow2_pct], 1)
+    facts = torch.cat([numbers, truths.to(torch.int64)], 1)
     flag = torch.stack([f.reshape(()) for f in flags]).any()
-    packed = torch.cat([table.reshape(-1), facts, flag.reshape(1).to(torch.int64)])
+    packed = torch.cat([table.reshape(-1), facts.reshape(-1), flag.reshape(1).to(torch.int64)])
     done = None
-    if device.type == "cuda":  # copied into pinned memory behind this layer's work; an event marks the end
-        host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)
-        packed = host.copy_(packed, non_blocking=True)
+    if device.type == "cuda":  # copied into pinned memory behind this batch's work; an event marks the end
+        host_copy = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)
+        packed = host_copy.copy_(packed, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-    return _Pending(op, packed, done, k, mn)
+    return _Pending(ops, packed, done, k, mn)
 
 
-def _cells(p: _Pending, table: np.ndarray, facts: list[int]) -> Iterator[_Cell]:
-    """The layer's cells from the two tables read back, as ``campaign._LayerRun.cells`` yields them."""
+def _cells(k: int, elements: int, table: np.ndarray, facts: list[int]) -> Iterator[_Cell]:
+    """One layer's cells from its table and facts, as ``campaign._LayerRun.cells`` yields them."""
     absmax, r6, r7, absmax7, absmax_all = facts[:5]
     absmax_one = facts[5:5 + R]
     base_match, match6, match7, boosted, match_all, ident_all = facts[5 + R:11 + R]
@@ -386,10 +414,10 @@ def _cells(p: _Pending, table: np.ndarray, facts: list[int]) -> Iterator[_Cell]:
             elif (fault, severity) == ("F9", "pct"):
                 p2, ident = pow2_pct[r], ident_pct[r]
             outputs = OutputComparison(
-                elements=p.elements, differing=differing,
-                max_finite_ulp=max(max_d, 0) if p.elements > nonfinite else None,
+                elements=elements, differing=differing,
+                max_finite_ulp=max(max_d, 0) if elements > nonfinite else None,
                 nonfinite=nonfinite, finiteness_mismatch=mismatch)
-            ev = CellEvidence(operands_identical=bool(ident), k=(p.k * repeats, p.k * repeats),
+            ev = CellEvidence(operands_identical=bool(ident), k=(k * repeats, k * repeats),
                               exact_absmax=top_abs, accumulators=bool(match), scales_pow2=bool(p2), outputs=outputs)
             yield _Cell(fault, severity, regime, ev, changed, repeats, boost)
 
@@ -400,13 +428,14 @@ def _scales_fit(s: object, rows: int) -> bool:
             and tuple(s.shape) in ((rows,), (rows, 1)))
 
 
-def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[tuple[object, ...]]:
-    """Read one layer's tables back (the one synchronisation per layer) and make its rows; a flagged
-    layer is rerun by the per-cell engine."""
-    table, facts, flagged = p.read()
+def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[list[tuple[object, ...]]]:
+    """Read one batch's answers back (the one synchronisation per batch) and make each layer's rows;
+    a flagged batch is rerun layer by layer by the per-cell engine."""
+    tables, facts, flagged = p.read()
     if flagged:
-        return run_layer_cells(p.op, settings, device)
-    return layer_rows(p.op, _cells(p, table, facts), settings)
+        return [run_layer_cells(op, settings, device) for op in p.ops]
+    return [layer_rows(op, _cells(p.k, p.elements, tables[i], facts[i].tolist()), settings)
+            for i, op in enumerate(p.ops)]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -422,51 +451,76 @@ def _pool(workers: int) -> ProcessPoolExecutor | None:
     return _POOLS[workers]
 
 
-def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
-               workers: int = 0) -> Iterator[list[tuple[object, ...]]]:
-    """Each layer's rows, in order. A layer's work is queued before the previous layer is read back.
+BATCH = 8
 
-    The seeded draws (host work as large as the rest of a layer's) are made ``workers`` processes
-    wide for the next ``2 * workers`` layers, while the device works; ``workers=0`` draws in line.
-    Worker processes are forked once and kept; they only draw numbers (numpy), never touching the
-    device.
+
+def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
+               workers: int = 0, batch: int = BATCH) -> Iterator[list[tuple[object, ...]]]:
+    """Each layer's rows, in the order given.
+
+    Layers are read ahead (``lookahead``) and the ones of one shape are batched, up to ``batch``;
+    a batch's work is queued before the previous batch is read back. The seeded draws (host work
+    as large as the rest) are made ``workers`` processes wide while the device works; ``workers=0``
+    draws in line. Worker processes are forked once and kept; they only draw numbers (numpy),
+    never touching the device.
     """
     pool = _pool(workers)
-    ahead: deque[tuple[Operands, Future[Picks] | Picks]] = deque()
+    lookahead = max(4 * batch, 2 * workers, 1)
     source = iter(layers)
+    waiting: deque[tuple[int, Operands, Future[Picks] | Picks]] = deque()
+    done: dict[int, list[tuple[object, ...]]] = {}
+    emitted = taken = 0
+    pending: _Pending | None = None
+    pending_index: list[int] = []
+    staging = _Staging()
 
     def fill() -> None:
-        while len(ahead) < max(1, 2 * workers):
+        nonlocal taken
+        while len(waiting) < lookahead:
             op = next(source, None)
             if op is None:
                 return
             _validate(op)
             shape = (op.layer, op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings)
-            ahead.append((op, pool.submit(draw_picks, *shape) if pool else draw_picks(*shape)))
+            waiting.append((taken, op, pool.submit(draw_picks, *shape) if pool else draw_picks(*shape)))
+            taken += 1
 
-    pending: _Pending | None = None
-    staging = _Staging()
+    def key(op: Operands) -> tuple[object, ...] | None:
+        m, n = op.a_q.shape[0], op.w_q.shape[0]
+        if not (_scales_fit(op.s_a, m) and _scales_fit(op.s_w, n)):
+            return None
+        return (tuple(op.a_q.shape), tuple(op.w_q.shape), op.a_q.device, op.w_q.device)
+
     try:
         fill()
-        while ahead:
-            op, draws = ahead.popleft()
-            fill()
-            picks = draws.result() if isinstance(draws, Future) else draws
-            m, n = op.a_q.shape[0], op.w_q.shape[0]
-            if _scales_fit(op.s_a, m) and _scales_fit(op.s_w, n):
-                current: _Pending | list[tuple[object, ...]] = _enqueue(op, settings, device, picks, staging)
-            else:
-                current = run_layer_cells(op, settings, device)
+        while waiting or pending is not None:
+            current: _Pending | None = None
+            current_index: list[int] = []
+            if waiting:
+                index, op, draws = waiting.popleft()
+                group = key(op)
+                if group is None:
+                    done[index] = run_layer_cells(op, settings, device)
+                else:
+                    members = [(index, op, draws)]
+                    for item in list(waiting):
+                        if len(members) == batch:
+                            break
+                        if key(item[1]) == group:
+                            members.append(item)
+                            waiting.remove(item)
+                    picks = [d.result() if isinstance(d, Future) else d for _, _, d in members]
+                    current = _enqueue([o for _, o, _ in members], settings, device, picks, staging)
+                    current_index = [i for i, _, _ in members]
+                fill()
             if pending is not None:
-                yield _finish(pending, settings, device)
-                pending = None
-            if isinstance(current, list):
-                yield current
-            else:
-                pending = current
-        if pending is not None:
-            yield _finish(pending, settings, device)
+                for i, rows in zip(pending_index, _finish(pending, settings, device)):
+                    done[i] = rows
+            pending, pending_index = current, current_index
+            while emitted in done:
+                yield done.pop(emitted)
+                emitted += 1
     finally:
-        for _, draws in ahead:
+        for _, _, draws in waiting:
             if isinstance(draws, Future):
                 draws.cancel()

@@ -36,7 +36,8 @@ def bits32(y: torch.Tensor) -> torch.Tensor:
 
 
 def whole(ref: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
-    """``ref`` bf16 [R, E] against ``outputs`` bf16 [S, R, E]: int64 [S, R, 5] (columns above)."""
+    """``ref`` bf16 [L, R, E] against ``outputs`` bf16 [L, S, R, E] (S outputs per layer and regime):
+    int64 [L, S, R, 5] (columns above)."""
     if outputs.is_cuda:
         from .compare_triton import whole_triton
 
@@ -46,7 +47,7 @@ def whole(ref: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
 
 def whole_torch(ref: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
     """``whole`` in tensor operations (any device)."""
-    differ, nfa, nfb, distance = facts(bits32(ref), bits32(outputs))
+    differ, nfa, nfb, distance = facts(bits32(ref)[:, None], bits32(outputs))
     either = nfa | nfb
     return torch.stack([differ.sum(-1), distance.amax(-1).to(torch.int64), either.sum(-1),
                         (nfa ^ nfb).sum(-1), nfb.sum(-1)], -1)

@@ -16,12 +16,13 @@ BLOCK = 4096
 
 
 @triton.jit
-def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, blocks, BLOCK: tl.constexpr):
-    row = tl.program_id(0)            # (output, regime), flattened
+def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, SR, blocks, BLOCK: tl.constexpr):
+    row = tl.program_id(0)            # (layer, output, regime), flattened
     block = tl.program_id(1)
     offs = block * BLOCK + tl.arange(0, BLOCK)
     inside = offs < E
-    ia = tl.load(ref_ptr + (row % R).to(tl.int64) * E + offs, mask=inside, other=0).to(tl.int32)
+    ref_row = (row // SR) * R + row % R
+    ia = tl.load(ref_ptr + ref_row.to(tl.int64) * E + offs, mask=inside, other=0).to(tl.int32)
     ib = tl.load(out_ptr + row.to(tl.int64) * E + offs, mask=inside, other=0).to(tl.int32)
     nfa = (ia & 0x7F80) == 0x7F80
     nfb = (ib & 0x7F80) == 0x7F80
@@ -39,12 +40,13 @@ def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, blocks, BLOCK: tl.constexpr)
 
 
 def whole_triton(ref: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
-    """``ref`` bf16 [R, E] against ``outputs`` bf16 [S, R, E]: int64 [S, R, 5] (``compare`` columns)."""
-    s, r, e = outputs.shape
+    """``ref`` bf16 [L, R, E] against ``outputs`` bf16 [L, S, R, E]: int64 [L, S, R, 5] (``compare``
+    columns)."""
+    layers, s, r, e = outputs.shape
     blocks = triton.cdiv(e, BLOCK)
-    parts = torch.empty((s * r, blocks, 5), dtype=torch.int32, device=outputs.device)
-    _whole_kernel[(s * r, blocks)](ref.contiguous().view(torch.int16), outputs.contiguous().view(torch.int16),
-                                   parts, e, r, blocks, BLOCK=BLOCK)
+    parts = torch.empty((layers * s * r, blocks, 5), dtype=torch.int32, device=outputs.device)
+    _whole_kernel[(layers * s * r, blocks)](ref.contiguous().view(torch.int16), outputs.contiguous().view(torch.int16),
+                                            parts, e, r, s * r, blocks, BLOCK=BLOCK)
     sums = parts.to(torch.int64).sum(1)
     sums[:, 1] = parts[:, :, 1].amax(1)
-    return sums.reshape(s, r, 5)
+    return sums.reshape(layers, s, r, 5)
