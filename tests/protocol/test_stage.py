@@ -67,8 +67,8 @@ def test_amended_file_and_data_pin_show_their_amendment(repo: Path, tmp_path: Pa
         repo,
         "Three smoke layers",
         "Cover one more projection.",
-        ["protocol", "capture", "prediction", "compare", "faults", "determinism", "perplexity", "tokens",
-         "report"],
+        ["protocol", "capture", "prediction", "compare", "faults", "determinism", "prefill_decode", "perplexity",
+         "tokens", "report"],
         "pre-data",
         pins={"predictions": artifact},
     )

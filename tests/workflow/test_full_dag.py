@@ -153,8 +153,8 @@ def test_a_changed_model_file_reruns_model_and_its_descendants_only(finished_run
         handle.write(bytes([last[0] ^ 0x01]))
     dry = snakemake(finished_run, "-n", env=env)
     assert scheduled_jobs(dry.stdout) == {"model", "reference_checkpoint", "requant", "capture", "prediction",
-                                          "compare", "faults", "generate", "determinism", "perplexity", "tokens",
-                                          "report", "all"}, dry.stdout
+                                          "compare", "faults", "generate", "determinism", "prefill_decode",
+                                          "perplexity", "tokens", "report", "all"}, dry.stdout
     assert "params have changed since last execution:\n        model" in dry.stdout, dry.stdout
 
 
