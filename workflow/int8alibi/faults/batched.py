@@ -37,8 +37,8 @@ from ..checks import CellEvidence, OutputComparison
 from ..operands import Operands
 from . import catalogue as cat
 from . import compare
-from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng, fraction_count,
-                       layer_rows, picked_elements, run_layer_cells)
+from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng,
+                       fraction_count, layer_rows, run_layer_cells)
 from .pipeline import REGIMES, tile_partial_sums
 
 R = len(REGIMES)
