@@ -334,6 +334,16 @@ def earlier_plan(path: str | Path, results: str | Path, expanded: Mapping[str, A
     return read_run_config(current) if current is not None else None
 
 
+RUN_CONFIG_ENV = "INT8ALIBI_RUN_CONFIG"
+
+
+def export_run_config(path: str) -> str:
+    """Name the run config for the jobs this process starts (``INT8ALIBI_RUN_CONFIG``); return the
+    double-quoted shell reference commands use, so their text is the same for every configuration."""
+    os.environ[RUN_CONFIG_ENV] = path
+    return f'"${RUN_CONFIG_ENV}"'
+
+
 def write_run_config(data: Mapping[str, Any], path: str | Path) -> Path:
     """Write the run config once, atomically, and point ``.run/current`` at it.
 

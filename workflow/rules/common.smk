@@ -27,6 +27,7 @@ from int8alibi.config import (
     command_line_booleans,
     earlier_plan,
     expand_env,
+    export_run_config,
     results_dir,
     run_config_path,
     validate,
@@ -76,8 +77,10 @@ BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 # invocation cannot change what a running job reads. A plan reuses the resolution of its own file,
 # else that of the last executing run (.run/current) when made for the same device/arms values, so a
 # cluster job re-parsing this file reads the resolution instead of making its own. Commands name it
-# as the global {RUN_CONFIG:q}: the rule's shell text stays the same for every config (what a stage
-# reads from the config reruns it through its `cfg` param), and the path is relative.
+# through the environment variable INT8ALIBI_RUN_CONFIG, set here for the jobs this invocation
+# starts (a cluster job's own parse sets the same value): the command text stays the same for every
+# config (what a stage reads from the config reruns it through its `cfg` param), and the path is
+# relative; each stage logs the path it read.
 _EXPANDED, _UNSET = expand_env(config)
 if _UNSET:
     sys.stderr.write(
@@ -90,6 +93,7 @@ try:
     validate(RUN, RUN_CONFIG)
 except Int8AlibiError as exc:
     _stop(exc)
+RUN_CONFIG_ARG = export_run_config(RUN_CONFIG)
 
 
 onstart:
@@ -133,13 +137,14 @@ def qpath(path):
 
 def stage_cmd(stage, out, extra="", python="python"):
     """The one-line command of a stage; `python` from PATH (set above), relative paths only
-    (`python` names another interpreter for a rule that runs in its own environment: reference.smk).
+    (`python` names another interpreter for one running in its own environment: reference.smk).
 
-    Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (write any
-    other value into `extra` as a placeholder, e.g. `--input results={RESULTS:q}` or a param), and
-    the run config as the global `{RUN_CONFIG:q}`. Append the log as `" 2> {log:q}"`.
+    Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (any other
+    value goes into `extra` through `qpath`, e.g. `f"--input results={qpath(RESULTS)}"`, or as a
+    param), and the run config as "$INT8ALIBI_RUN_CONFIG" (RUN_CONFIG_ARG). Append the log as
+    `" 2> {log:q}"`.
     """
-    return f"{python} -m int8alibi.stages.{stage} --config {{RUN_CONFIG:q}} --out {qpath(out)} {q(extra)}".rstrip()
+    return f"{python} -m int8alibi.stages.{stage} --config {RUN_CONFIG_ARG} --out {qpath(out)} {q(extra)}".rstrip()
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU

@@ -66,5 +66,5 @@ rule determinism:
     conda:
         software_env()
     shell:
-        stage_cmd("determinism", f"{RESULTS}/determinism", "--input runs={RESULTS:q}/determinism/runs")
+        stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={qpath(f'{RESULTS}/determinism/runs')}")
         + " 2> {log:q}"

@@ -93,8 +93,8 @@ else:
         conda:
             software_env()
         shell:
-            f"python -m int8alibi.stages.faults gather --config {{RUN_CONFIG:q}} "
-            f"--out {qpath(RESULTS + '/faults')} {{params.shards:q}} 2> {{log:q}}"
+            f"python -m int8alibi.stages.faults gather --config {RUN_CONFIG_ARG} "
+            f"--out {qpath(f'{RESULTS}/faults')} {{params.shards:q}} 2> {{log:q}}"
 
 
 rule faults_smoke:

@@ -20,4 +20,4 @@ rule report:
     conda:
         software_env()
     shell:
-        stage_cmd("report", f"{RESULTS}/report", "--input results={RESULTS:q}") + " 2> {log:q}"
+        stage_cmd("report", f"{RESULTS}/report", f"--input results={qpath(RESULTS)}") + " 2> {log:q}"

@@ -66,6 +66,7 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
             verify_input(Path(path), own_dir=args.out)
         with disk_space(args.out):
             args.out.mkdir(parents=True, exist_ok=True)
+            log.info("%s: run config %s", stage, args.config)
             for line in sweep_stale(args.out):  # temporaries of an earlier, killed run of this stage
                 log.warning("%s: %s", stage, line)
             run(cfg, args.out, **{k: Path(v) for k, v in inputs.items()}, **params)
