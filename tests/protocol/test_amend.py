@@ -22,6 +22,7 @@ ALL_READERS_OF_ANALYSIS = [
     "faults",
     "determinism",
     "perplexity",
+    "prefill_decode",
     "tokens",
     "report",
 ]
