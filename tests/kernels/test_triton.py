@@ -147,3 +147,25 @@ def test_gpu_equals_exact_triton_order(m):
     y, expected = tri.scaled_mm(a_q, w_q, s_a, s_w), ref.scaled_mm(a_q, w_q, s_a, s_w)
     assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
     assert torch.equal(tri.accumulator(a_q, w_q), ref.accumulator(a_q, w_q))
+
+
+@CUDA
+@pytest.mark.parametrize("arm_name,reference", [("triton", "exact-triton-order"), ("cublaslt", "exact-cutlass-order")])
+def test_gpu_calls_after_the_first_launch_directly_and_stay_exact(arm_name, reference):
+    """The first call compiles and remembers the launch; later calls (same operands, fresh operands of
+    the same shape, other shapes, then the first again) go through Triton's launcher directly and
+    must give the emulation's bits every time (a launcher given a wrong grid or argument list fails
+    or differs only from the second call on)."""
+    arm, ref = get(arm_name, "cuda"), get(reference, "cuda")
+    g = torch.Generator().manual_seed(7)
+
+    def operands(m: int, n: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randint(-128, 128, (m, 512), generator=g, dtype=torch.int8).cuda(),
+                torch.randint(-128, 128, (n, 512), generator=g, dtype=torch.int8).cuda(),
+                (torch.rand(m, generator=g) * 0.1 + 1e-3).cuda(), (torch.rand(n, generator=g) * 1e-3 + 1e-4).cuda())
+
+    first, fresh, other = operands(64, 256), operands(64, 256), operands(3, 128)
+    for ops in (first, first, first, fresh, other, other, first):
+        y, expected = arm.scaled_mm(*ops), ref.scaled_mm(*ops)
+        assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
+        assert torch.equal(arm.accumulator(*ops[:2]), ref.accumulator(*ops[:2]))

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from ..device import describe
 from ..errors import InputError
 
+T = TypeVar("T")
 EMULATION_NOTE = "emulation: reproduces the arithmetic, not the binary"
 BINARY_NOTE = "binary: the named library kernel itself ran"
 
@@ -129,7 +130,7 @@ class OperandCheckCache:
     SIZE = 64
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[object, ...], None] = {}
+        self._seen: dict[tuple[object, ...], Any] = {}
 
     @staticmethod
     def key(tensors: tuple[torch.Tensor, ...]) -> tuple[object, ...] | None:
@@ -139,14 +140,24 @@ class OperandCheckCache:
 
     def once(self, tensors: tuple[torch.Tensor, ...], check: Callable[[], None]) -> None:
         """Run ``check`` unless these operands passed it before (a failing check is never remembered)."""
+        self.plan(tensors, check)
+
+    def plan(self, tensors: tuple[torch.Tensor, ...], build: Callable[[], T], *extra: object) -> T:
+        """What ``build`` (which validates first, then prepares) returned for these operands' metadata
+        (and ``extra``), built on the first call: the launch work that depends on metadata alone
+        (grid, strides, compiled kernel) is done once per operand set. A failing build is never
+        remembered; unkeyable arguments are built every time."""
         key = self.key(tensors)
-        if key is not None and key in self._seen:
-            return
-        check()
-        if key is not None:
-            if len(self._seen) >= self.SIZE:
-                self._seen.pop(next(iter(self._seen)))
-            self._seen[key] = None
+        if key is None:
+            return build()
+        key = (*key, *extra)
+        if key in self._seen:
+            return self._seen[key]  # type: ignore[no-any-return]
+        made = build()
+        if len(self._seen) >= self.SIZE:
+            self._seen.pop(next(iter(self._seen)))
+        self._seen[key] = made
+        return made
 
 
 def check_multiple(value: int, of: int, what: str, who: str) -> None:

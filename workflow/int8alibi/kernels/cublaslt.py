@@ -8,6 +8,8 @@ unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .base import OperandCheckCache, arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
@@ -38,7 +40,7 @@ class CublasLtArm:
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = as_device(device)
-        self._checked = OperandCheckCache()
+        self._plans = OperandCheckCache()
 
     def available(self) -> tuple[bool, str]:
         if self.device.type != "cuda":
@@ -54,21 +56,27 @@ class CublasLtArm:
         check_multiple(n, 8, "N", self.name)
 
     def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-        self._checked.once((a_q, w_q), lambda: self._check(a_q, w_q))
+        self._plans.once((a_q, w_q), lambda: self._check(a_q, w_q))
         return int_mm_accumulator(a_q, w_q)
 
     def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-        def check() -> None:
+        def build() -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
             check_operands(a_q, w_q, s_a, s_w, self.name)
             self._check(a_q, w_q)
+            if self.device.type != "cuda":  # the torch-op emulation of the epilogue
+                return lambda acc, sa, sw: epilogue(acc, sa, sw, "cutlass")
+            from .triton_arm import CutlassEpiloguePlan, cutlass_epilogue
 
-        self._checked.once((a_q, w_q, s_a, s_w), check)
-        acc = int_mm_accumulator(a_q, w_q)
-        if self.device.type == "cuda":  # one fused Triton kernel; the torch-op emulation elsewhere
-            from .triton_arm import cutlass_epilogue
+            if s_a.is_contiguous() and s_w.is_contiguous():
+                return CutlassEpiloguePlan()  # one fused Triton kernel, launched directly after the first call
+            return lambda acc, sa, sw: cutlass_epilogue(acc, sa.contiguous(), sw.contiguous())
 
-            return cutlass_epilogue(acc, s_a.contiguous(), s_w.contiguous())
-        return epilogue(acc, s_a, s_w, "cutlass")
+        finish = self._plans.plan((a_q, w_q, s_a, s_w), build)
+        if a_q.shape[0] >= INT_MM_MIN_ROWS and a_q.is_contiguous() and w_q.is_contiguous():
+            acc = torch._int_mm(a_q, w_q.t())
+        else:
+            acc = int_mm_accumulator(a_q, w_q)
+        return finish(acc, s_a, s_w)
 
     def evidence(self) -> dict[str, object]:
         return arm_evidence(

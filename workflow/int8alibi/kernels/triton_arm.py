@@ -22,10 +22,12 @@ is defined, i.e. at import.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
 from .base import OperandCheckCache, arm_evidence, as_device, check_device, check_multiple, check_operands, check_pair
 
@@ -161,21 +163,26 @@ def _cutlass_epilogue_kernel(acc_ptr, sa_ptr, sw_ptr, out_ptr, M, N, stride_am, 
 EPILOGUE_BLOCK = (32, 128)
 
 
-def cutlass_epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-    """``kernels.exact.epilogue(acc, s_a, s_w, "cutlass")`` as one Triton kernel (one read of the
-    accumulator): the same two float32 multiplies in the same order and the same bf16 rounding on
-    integer bits. The caller checks shapes, dtypes and devices."""
-    m, n = acc.shape
-    out = torch.empty((m, n), dtype=torch.int16, device=acc.device)
-    grid = (triton.cdiv(m, EPILOGUE_BLOCK[0]), triton.cdiv(n, EPILOGUE_BLOCK[1]))
-    _LAUNCHERS.launch(_cutlass_epilogue_kernel, grid,
-                      (acc, s_a, s_w, out, m, n, acc.stride(0), out.stride(0), *EPILOGUE_BLOCK))
-    return out.view(torch.bfloat16)
-
-
 def interpreted() -> bool:
     """Whether the kernel was defined under ``TRITON_INTERPRET=1`` (runs on CPU tensors in numpy)."""
     return type(_w8a8_kernel).__name__ == "InterpretedFunction"
+
+
+class _Compiled:
+    """One compiled kernel and grid, launched through Triton's own launcher (``CompiledKernel.run``)
+    with the arguments as given: what ``compiled[grid](*args)`` does, without building a runner
+    and looking the device and stream up through Triton's driver on every call."""
+
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel: Any, grid: tuple[int, int, int]) -> None:
+        self.kernel, self.grid = kernel, grid
+
+    def __call__(self, *args: object) -> None:
+        k, grid = self.kernel, self.grid
+        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        k.run(grid[0], grid[1], grid[2], stream, k.function, k.packed_metadata, k.launch_metadata(grid, stream, *args),
+              knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
 
 
 class _Launchers:
@@ -188,18 +195,23 @@ class _Launchers:
     """
 
     def __init__(self) -> None:
-        self._compiled: dict[tuple[object, ...], object] = {}
+        self._compiled: dict[tuple[object, ...], _Compiled] = {}
 
-    def launch(self, kernel: object, grid: tuple[int, ...], args: tuple[object, ...], **options: object) -> None:
+    def launch(self, kernel: object, grid: tuple[int, ...], args: tuple[object, ...],
+               **options: object) -> _Compiled | None:
+        """Launch ``kernel`` once; return its direct launcher for later calls with arguments of the
+        same specialisation (None under the interpreter)."""
         grid = (*grid, *(1,) * (3 - len(grid)))  # a compiled kernel's launcher takes all three
         key = (id(kernel), grid, tuple(_specialisation(a) for a in args), tuple(options.items()))
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            compiled[grid](*args)  # type: ignore[index]
-            return
+        direct = self._compiled.get(key)
+        if direct is not None:
+            direct(*args)
+            return direct
         compiled = kernel[grid](*args, **options)  # type: ignore[index]
-        if compiled is not None and not interpreted() and hasattr(compiled, "run"):
-            self._compiled[key] = compiled
+        if compiled is None or interpreted() or not hasattr(compiled, "run"):
+            return None
+        direct = self._compiled[key] = _Compiled(compiled, grid)  # type: ignore[arg-type]
+        return direct
 
 
 def _specialisation(arg: object) -> object:
@@ -213,22 +225,101 @@ def _specialisation(arg: object) -> object:
 _LAUNCHERS = _Launchers()
 
 
+def _cutlass_epilogue_args(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
+                           ) -> tuple[torch.Tensor, tuple[int, int], tuple[object, ...]]:
+    m, n = acc.shape
+    out = torch.empty((m, n), dtype=torch.int16, device=acc.device)
+    grid = (triton.cdiv(m, EPILOGUE_BLOCK[0]), triton.cdiv(n, EPILOGUE_BLOCK[1]))
+    return out, grid, (acc, s_a, s_w, out, m, n, acc.stride(0), out.stride(0), *EPILOGUE_BLOCK)
+
+
+def cutlass_epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    """``kernels.exact.epilogue(acc, s_a, s_w, "cutlass")`` as one Triton kernel (one read of the
+    accumulator): the same two float32 multiplies in the same order and the same bf16 rounding on
+    integer bits. The caller checks shapes, dtypes and devices."""
+    out, grid, args = _cutlass_epilogue_args(acc, s_a, s_w)
+    _LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
+    return out.view(torch.bfloat16)
+
+
+class CutlassEpiloguePlan:
+    """``cutlass_epilogue`` for one operand set (M, N, the scales' storage): the grid and the
+    compiled kernel found on the first call, so a later call allocates the output and launches."""
+
+    def __init__(self) -> None:
+        self._direct: _Compiled | None = None
+
+    def __call__(self, acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+        direct = self._direct
+        if direct is None or acc.data_ptr() % 16:
+            out, grid, args = _cutlass_epilogue_args(acc, s_a, s_w)
+            self._direct = _LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
+            return out.view(torch.bfloat16)
+        m, n = acc.shape
+        out = torch.empty((m, n), dtype=torch.int16, device=acc.device)
+        direct(acc, s_a, s_w, out, m, n, acc.stride(0), n, *EPILOGUE_BLOCK)
+        return out.view(torch.bfloat16)
+
+
+def _launch_args(
+    a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor | None, s_w: torch.Tensor | None, cfg: TileConfig,
+) -> tuple[torch.Tensor, tuple[int], tuple[object, ...]]:
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    epilogue = s_a is not None
+    out = torch.empty((m, n), dtype=torch.int16 if epilogue else torch.int32, device=a_q.device)
+    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
+    args = (a_q, w_q, s_a if epilogue else a_q, s_w if epilogue else a_q, out,
+            m, n, k, a_q.stride(0), w_q.stride(0), out.stride(0),
+            cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, k % cfg.block_k == 0, epilogue)
+    return out, grid, args
+
+
 def _launch(
     a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor | None, s_w: torch.Tensor | None,
     config: TileConfig | None,
 ) -> torch.Tensor:
-    m, k = a_q.shape
-    n = w_q.shape[0]
-    cfg = config or config_for(m)
-    a_q, w_q = a_q.contiguous(), w_q.contiguous()
+    cfg = config or config_for(a_q.shape[0])
     epilogue = s_a is not None
-    out = torch.empty((m, n), dtype=torch.int16 if epilogue else torch.int32, device=a_q.device)
-    grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    args = (a_q, w_q, s_a.contiguous() if epilogue else a_q, s_w.contiguous() if epilogue else a_q, out,
-            m, n, k, a_q.stride(0), w_q.stride(0), out.stride(0),
-            cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, k % cfg.block_k == 0, epilogue)
+    out, grid, args = _launch_args(a_q.contiguous(), w_q.contiguous(), s_a.contiguous() if epilogue else None,
+                                   s_w.contiguous() if epilogue else None, cfg)
     _LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out.view(torch.bfloat16) if epilogue else out
+
+
+class _Plan:
+    """The launch of one operand set (validated once; same storage, shapes, strides, dtypes): the
+    compiled kernel, grid and integer arguments found on the first call, reused on later calls.
+    Holds no tensor. Operands that are not contiguous take ``_launch`` every time."""
+
+    def __init__(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor | None, s_w: torch.Tensor | None,
+                 config: TileConfig | None) -> None:
+        self.cfg = config or config_for(a_q.shape[0])
+        self.fast = all(t is None or t.is_contiguous() for t in (a_q, w_q, s_a, s_w))
+        self.direct: _Compiled | None = None
+        self.shape = (a_q.shape[0], w_q.shape[0])
+        self.dtype = torch.int16 if s_a is not None else torch.int32
+        self.ints: tuple[object, ...] = ()
+
+    def __call__(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor | None,
+                 s_w: torch.Tensor | None) -> torch.Tensor:
+        epilogue = s_a is not None
+        if not self.fast:
+            return _launch(a_q, w_q, s_a, s_w, self.cfg)
+        direct = self.direct
+        if direct is None:  # the first call: compile (or find) the kernel and keep what a launch needs
+            cfg = self.cfg
+            out, grid, args = _launch_args(a_q, w_q, s_a, s_w, cfg)
+            self.direct = _LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps,
+                                            num_stages=cfg.num_stages)
+            self.ints = args[5:]
+        else:
+            out = torch.empty(self.shape, dtype=self.dtype, device=a_q.device)
+            if epilogue:
+                direct(a_q, w_q, s_a, s_w, out, *self.ints)
+            else:
+                direct(a_q, w_q, a_q, a_q, out, *self.ints)
+        return out.view(torch.bfloat16) if epilogue else out
 
 
 class TritonArm:
@@ -239,7 +330,7 @@ class TritonArm:
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = as_device(device)
-        self._checked = OperandCheckCache()
+        self._plans = OperandCheckCache()
 
     def available(self) -> tuple[bool, str]:
         if self.device.type == "cuda":
@@ -259,19 +350,22 @@ class TritonArm:
         check_multiple(n, 16, "N", self.name)
 
     def accumulator(self, a_q: torch.Tensor, w_q: torch.Tensor, config: TileConfig | None = None) -> torch.Tensor:
-        self._checked.once((a_q, w_q), lambda: self._check(a_q, w_q))
-        return _launch(a_q, w_q, None, None, config)
+        def build() -> _Plan:
+            self._check(a_q, w_q)
+            return _Plan(a_q, w_q, None, None, config)
+
+        return self._plans.plan((a_q, w_q), build, config)(a_q, w_q, None, None)
 
     def scaled_mm(
         self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
         config: TileConfig | None = None,
     ) -> torch.Tensor:
-        def check() -> None:
+        def build() -> _Plan:
             check_operands(a_q, w_q, s_a, s_w, self.name)
             self._check(a_q, w_q)
+            return _Plan(a_q, w_q, s_a, s_w, config)
 
-        self._checked.once((a_q, w_q, s_a, s_w), check)
-        return _launch(a_q, w_q, s_a, s_w, config)
+        return self._plans.plan((a_q, w_q, s_a, s_w), build, config)(a_q, w_q, s_a, s_w)
 
     def evidence(self) -> dict[str, object]:
         return arm_evidence(
