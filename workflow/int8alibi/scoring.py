@@ -114,6 +114,25 @@ def outcome(prediction: str, observable: bool, applicable: bool, fired: bool | N
     return "FP" if fired else "TN"
 
 
+def score_column(predictions: pd.Series, observable: pd.Series, applicable: pd.Series, fired: pd.Series) -> list[str]:
+    """``outcome`` of every row at once (column operations; a campaign scores 57,624 rows twice),
+    refusing the first row ``outcome`` would refuse, with its message."""
+    pred = predictions.to_numpy(dtype=object)
+    seen = observable.to_numpy(dtype=bool)
+    verdict_missing = fired.isna().to_numpy(dtype=bool)
+    verdict = np.zeros(len(pred), dtype=bool)
+    verdict[~verdict_missing] = fired.to_numpy(dtype=object)[~verdict_missing].astype(bool)
+    not_applicable = (pred == "n/a") | ~applicable.to_numpy(dtype=bool)
+    fire = pred == "fire"
+    bad = seen & ~not_applicable & ((~fire & (pred != "silent")) | verdict_missing)
+    if bad.any():
+        i = int(bad.argmax())
+        return [outcome(pred[i], True, True, None if verdict_missing[i] else bool(verdict[i]))]  # raises
+    chosen = np.select([~seen, not_applicable, fire & verdict, fire, verdict],
+                       [UNOBSERVABLE, NOT_APPLICABLE, "TP", "FN", "FP"], "TN")
+    return chosen.tolist()
+
+
 def score(rows: pd.DataFrame, matrices: dict[str, pd.DataFrame], exploratory: bool) -> pd.DataFrame:
     """Join each cell x check with its prediction under both matrices and score it.
 
@@ -135,10 +154,7 @@ def score(rows: pd.DataFrame, matrices: dict[str, pd.DataFrame], exploratory: bo
             raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
                                 f"{first['severity']} check {first['check']}")
         out[f"predicted_miss_{name}"] = out[f"predicted_miss_{name}"].astype(bool)
-        out[f"score_{name}"] = [
-            outcome(p, bool(o), bool(a), None if f is None or pd.isna(f) else bool(f))
-            for p, o, a, f in zip(out[f"predicted_{name}"], out["observable"], out["applicable"], out["fired"])
-        ]
+        out[f"score_{name}"] = score_column(out[f"predicted_{name}"], out["observable"], out["applicable"], out["fired"])
     out["exploratory"] = exploratory
     return out
 
