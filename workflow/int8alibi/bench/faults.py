@@ -6,7 +6,7 @@ campaign (42 cells x 7 checks per layer, scored under both matrices) on seeded s
 of a real model's shapes (``synthetic_layers``; 196 layers, 8,232 cells for qwen3-1.7b at M=512),
 made on CPU threads before both timings, and prints cells/s, the ratio to the floor and the
 command's wall time. The campaign is timed as one call, host work included (on a GPU the batched
-engine, warmed on the first block beforehand so that kernel compilation and forking the draw workers
+engine, warmed on the first block beforehand so that kernel compilation and starting the draw workers
 are not counted).
 """
 
@@ -96,7 +96,7 @@ def _bench(args: argparse.Namespace) -> int:
     wanted = total_layers if args.layers is None else min(args.layers, total_layers)
     layers, generation = _timed(lambda: _generate(args.shapes, args.m, args.seed, wanted, device), device)
     engine = resolve_engine(args.engine, device)
-    if device.type == "cuda":  # compile the kernels and fork the draw workers outside the timings
+    if device.type == "cuda":  # compile the kernels and start the draw workers outside the timings
         first_block = [op for op in layers if op.block == layers[0].block]
         run_campaign(first_block, settings, device, progress=False, engine=engine)
     floor = 0.0

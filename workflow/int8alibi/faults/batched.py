@@ -149,13 +149,19 @@ def _scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return s, torch.where(zero, s, snapped), bad
 
 
-def _exact(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+def _exact(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor | None = None) -> torch.Tensor:
     """Exact int64 accumulators of a batch, [L, M, N] from [L, M, K] and [L, N, K]: one float64
     batched matmul (every partial sum is an integer below 2^53, exact in any order), as
-    ``arith.exact_accumulator`` computes them layer by layer."""
+    ``arith.exact_accumulator`` computes them layer by layer. ``w_t64``: ``w_q`` already converted
+    (``_weights64``), shared by the batch's three products."""
     if a_q.shape[2] * INT8_PRODUCT_MAX > 2**53:
         return torch.stack([exact_accumulator(a, w) for a, w in zip(a_q, w_q)])
-    return torch.bmm(a_q.to(torch.float64), w_q.to(torch.float64).transpose(1, 2)).to(torch.int64)
+    return torch.bmm(a_q.to(torch.float64), _weights64(w_q) if w_t64 is None else w_t64).to(torch.int64)
+
+
+def _weights64(w_q: torch.Tensor) -> torch.Tensor:
+    """[L, K, N] float64 view of int8 weights [L, N, K], as ``_exact`` multiplies them."""
+    return w_q.to(torch.float64).transpose(1, 2)
 
 
 def _f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
@@ -235,7 +241,8 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
     at, sizes, one_at, pct_rows = staging.send(host, device).split(
         [positions, layers * segments, layers * R * 2, layers * R * pct])
 
-    acc = _exact(a_q, w_q)
+    w_t64 = _weights64(w_q)
+    acc = _exact(a_q, w_q, w_t64)
     acc_max, acc_min = acc.amax((1, 2)), acc.amin((1, 2))
     absmax = torch.maximum(acc_max, -acc_min)
     acc32 = wrap_int32(acc)
@@ -271,7 +278,7 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
     r0, ok0 = f7_depth(absmax)
     j = w_q.to(torch.int32).abs().sum(dim=2).argmax(dim=1)                       # [L]
     boost_row = (127 * torch.sign(w_q[every, j].to(torch.int16))).to(torch.int8)  # [L, K]
-    new_row0 = _exact(boost_row[:, None, :], w_q)[:, 0]                          # [L, N]
+    new_row0 = _exact(boost_row[:, None, :], w_q, w_t64)[:, 0]                          # [L, N]
     rest = acc[:, 1:].abs().amax((1, 2)) if m > 1 else torch.zeros_like(absmax)
     absmax_b = torch.maximum(rest, new_row0.abs().amax(1))
     rb, okb = f7_depth(absmax_b)
@@ -289,7 +296,8 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
 
     # F9 all: every activation element one step away.
     a_all = cat.f9_all(a_q)
-    acc_all = _exact(a_all, w_q)
+    acc_all = _exact(a_all, w_q, w_t64)
+    del w_t64
     acc32_all = wrap_int32(acc_all)
     absmax_all = torch.maximum(absmax, acc_all.abs().amax((1, 2)))
     del acc_all
@@ -442,26 +450,52 @@ _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
 def _pool(workers: int) -> ProcessPoolExecutor | None:
-    """The draw workers, forked once per process and kept (forking a large process costs tens of
-    milliseconds per worker); None for ``workers=0``."""
+    """The draw workers, started once per process and kept; None for ``workers=0``.
+
+    They come from a fork server (one small single-threaded process that imported this module),
+    not by forking this process: forking a process that runs threads (torch's, CUDA's) can copy a
+    held lock into the child, which Python 3.12 warns about, and costs tens of milliseconds per
+    worker for a large process."""
     if workers <= 0:
         return None
     if workers not in _POOLS:
-        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=context)
     return _POOLS[workers]
 
 
-BATCH = 8
+BATCH = 32
+# Device memory a batch may take, as a fraction of the device's (``batch_size``).
+MEMORY_SHARE = 8
+
+
+def layer_bytes(m: int, k: int, n: int, tile_width: int) -> int:
+    """An upper estimate of the device memory one layer takes in a batch: F5's per-tile partial
+    sums and scaled terms, the stacked bf16 outputs, the float32 and int64 intermediates, and the
+    float32 and float64 copies of the operands."""
+    tiles, mn = -(-k // tile_width), m * n
+    per_element = tiles * R * 4 + tiles * 4 + (len(SLABS) + 1) * R * 2 + 4 * R * 4 + 12 * 8
+    return mn * per_element + (m + n) * tiles * tile_width * 4 * 2 + (m + n) * k * 8
+
+
+def batch_size(m: int, k: int, n: int, settings: CampaignSettings, device: torch.device, most: int = BATCH) -> int:
+    """How many layers of this shape one batch takes: at most ``most``, and within
+    1/``MEMORY_SHARE`` of the device's memory (2 GiB on the CPU). Fewer, larger batches issue fewer
+    device operations per layer (the host, not the device, is what a batch waits on)."""
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 16 * 2**30
+    return max(1, min(most, total // MEMORY_SHARE // layer_bytes(m, k, n, settings.tile_width)))
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
                workers: int = 0, batch: int = BATCH) -> Iterator[list[tuple[object, ...]]]:
     """Each layer's rows, in the order given.
 
-    Layers are read ahead (``lookahead``) and the ones of one shape are batched, up to ``batch``;
+    Layers are read ahead (``lookahead``) and the ones of one shape are batched, up to ``batch``
+    and ``batch_size``;
     a batch's work is queued before the previous batch is read back. The seeded draws (host work
     as large as the rest) are made ``workers`` processes wide while the device works; ``workers=0``
-    draws in line. Worker processes are forked once and kept; they only draw numbers (numpy),
+    draws in line. Worker processes are started once and kept; they only draw numbers (numpy),
     never touching the device.
     """
     pool = _pool(workers)
@@ -503,8 +537,9 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
                     done[index] = run_layer_cells(op, settings, device)
                 else:
                     members = [(index, op, draws)]
+                    most = batch_size(op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings, device, batch)
                     for item in list(waiting):
-                        if len(members) == batch:
+                        if len(members) == most:
                             break
                         if key(item[1]) == group:
                             members.append(item)
