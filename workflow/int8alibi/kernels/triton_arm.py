@@ -176,6 +176,7 @@ class _Compiled:
     __slots__ = ("kernel", "grid")
 
     def __init__(self, kernel: Any, grid: tuple[int, int, int]) -> None:
+        kernel._init_handles()  # loaded by the first launch already; makes ``function`` safe to read
         self.kernel, self.grid = kernel, grid
 
     def __call__(self, *args: object) -> None:
@@ -208,7 +209,7 @@ class _Launchers:
             direct(*args)
             return direct
         compiled = kernel[grid](*args, **options)  # type: ignore[index]
-        if compiled is None or interpreted() or not hasattr(compiled, "run"):
+        if compiled is None or interpreted() or not hasattr(compiled, "_init_handles"):
             return None
         direct = self._compiled[key] = _Compiled(compiled, grid)  # type: ignore[arg-type]
         return direct
