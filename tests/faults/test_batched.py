@@ -137,3 +137,18 @@ def test_batches_of_any_size_keep_the_layer_order(settings: CampaignSettings) ->
         rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), batch=batch) for row in layer]
         pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), cells,
                                       check_exact=True)
+
+
+def test_batch_size_stays_within_its_memory_share(settings: CampaignSettings) -> None:
+    from int8alibi.faults.batched import BATCH, MEMORY_SHARE, batch_size, layer_bytes
+
+    cpu = torch.device("cpu")
+    budget = 16 * 2**30 // MEMORY_SHARE  # the CPU's stand-in for device memory
+    for m, k, n in ((4, 64, 32), (512, 2048, 2048), (512, 2048, 6144), (512, 6144, 2048), (4096, 6144, 6144)):
+        size = batch_size(m, k, n, settings, cpu)
+        assert 1 <= size <= BATCH
+        assert size == 1 or size * layer_bytes(m, k, n, settings.tile_width) <= budget
+        assert size == BATCH or (size + 1) * layer_bytes(m, k, n, settings.tile_width) > budget
+    assert batch_size(4, 64, 32, settings, cpu, most=3) == 3
+    # the largest term, F5's scaled partial sums: tiles x regimes x 4 bytes per output element
+    assert layer_bytes(512, 6144, 2048, 128) > 48 * 2 * 4 * 512 * 2048
