@@ -65,6 +65,20 @@ def test_a_symlink_out_of_the_tree_is_refused(checkout: Path, tmp_path: Path) ->
     assert not list(outside.iterdir())
 
 
+@pytest.mark.parametrize("results", ["preregistration", "amendments/x", "workflow/int8alibi", "logs", "config"])
+def test_results_inside_a_project_folder_are_refused(checkout: Path, results: str) -> None:
+    with pytest.raises(InputError, match=r"inside the project's own folder"):
+        results_dir({"results": results}, checkout)
+    (checkout / "data").mkdir()
+    (checkout / "elsewhere").symlink_to(checkout / "workflow")  # a link into one is refused too
+    with pytest.raises(InputError, match=r"inside the project's own folder workflow/"):
+        results_dir({"results": "elsewhere/results"}, checkout)
+    assert results_dir({"results": "data/results"}, checkout) == "data/results"
+    # results_root pointing back into the checkout gets the same check
+    with pytest.raises(InputError, match=r"inside the project's own folder preregistration/"):
+        results_dir({"results": "preregistration", "results_root": str(checkout)}, checkout)
+
+
 def test_results_root_is_the_escape_hatch(checkout: Path) -> None:
     assert results_dir({"results": "results/qwen3-8b"}, checkout) == "results/qwen3-8b"
     assert results_dir({"results": "results", "results_root": "/scratch/me"}, checkout) == "/scratch/me/results"

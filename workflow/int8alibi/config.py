@@ -104,6 +104,14 @@ def _unresolved(path: Path, key: str) -> str:
 _SEGMENT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
 
 
+# Top-level folders of a checkout that hold the project itself, its environments or Snakemake's and
+# the pipeline's own bookkeeping: a results folder inside one would mix stage folders into them.
+PROJECT_FOLDERS = frozenset({
+    "amendments", "benchmarks", "config", "docs", "envs", "logs", "preregistration", "profiles",
+    "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor",
+})
+
+
 def results_location(data: Mapping[str, Any]) -> str:
     """``results`` as written, or ``<results_root>/<results>`` when the config names ``results_root``."""
     results = str(data.get("results", "results"))
@@ -127,14 +135,26 @@ def results_dir(data: Mapping[str, Any], checkout: Path, source: str = "config")
                 or not all(_SEGMENT.fullmatch(p) for p in parts[1:])):
             raise InputError(f"{source}: results_root {_short_text(root)!r} must be an absolute path of plain "
                              "segments (letters, digits, ._+-, not starting with a dot)")
-        return results_location(data)
     inside = Path(checkout).resolve()
-    target = (Path.cwd() / results).resolve()
+    target = (Path.cwd() / results_location(data)).resolve()
+    if root is not None:
+        if target == inside or inside in target.parents:
+            _refuse_project_folder(source, results_location(data), target, inside)
+        return results_location(data)
     if target == inside or inside not in target.parents:
         raise InputError(f"{source}: results {results!r} resolves to {target}, outside the checkout {inside} "
                          "(a symlink out of the tree?); results stay inside the checkout unless you name "
                          "--config results_root=/absolute/folder")
+    _refuse_project_folder(source, results, target, inside)
     return results
+
+
+def _refuse_project_folder(source: str, results: str, target: Path, inside: Path) -> None:
+    parts = target.relative_to(inside).parts
+    if not parts or parts[0] in PROJECT_FOLDERS:
+        where = f"the project's own folder {parts[0]}/" if parts else "the checkout's top folder"
+        raise InputError(f"{source}: results {results!r} resolves to {target}, inside {where} (stage folders "
+                         "would be written among its files); choose a folder of its own, e.g. results/<name>")
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
