@@ -177,3 +177,16 @@ def test_environment_variables_expand_before_planning_and_an_unset_one_fails_clo
     with pytest.raises(InputError, match=r"model.parent: \$\{INT8ALIBI_TEST_PARENT\} was not expanded.*set it and run "
                                          "snakemake again"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("arms", "why"), [
+    (["exact-cutlass-order", "exact-cutlass-order"], "names the same arm twice"),
+    (["nonexistent", "triton"], "unknown kernel arm 'nonexistent'"),
+    (["mod:", "triton"], "unknown kernel arm 'mod:'"),
+    ([":fn", "triton"], "unknown kernel arm ':fn'"),
+])
+def test_an_explicit_pair_is_checked_by_name_when_planned(arms: list[str], why: str) -> None:
+    with pytest.raises(InputError, match=why):
+        resolve.plan({"device": "cpu", "arms": arms})
+    assert resolve.plan({"device": "cpu", "arms": ["exact-triton-order", "mymodule:my_mm"]})["resolved"]["arms"] == [
+        "exact-triton-order", "mymodule:my_mm"]  # a user arm is named, not imported, when planned

@@ -117,6 +117,12 @@ def test_more_bad_inputs_end_in_one_named_error_quickly(hostile: Path) -> None:
         "deep.yaml": (TINY.replace("seed: 0}", "seed: {deep: [1]}}"), ("model/synthetic/seed", "integer")),
         "duplicate.yaml": (TINY + "device: cuda\n", ("duplicate.yaml", "line 10: duplicate key 'device'")),
         "shards.yaml": (TINY + "faults_shards: 100000\n", ("faults_shards", "maximum of 1024")),
+        "profile.yaml": (TINY.replace("size_profile: tiny", "size_profile: nope"),
+                         ("analysis.yaml", "no size profile 'nope'")),
+        "twice.yaml": (TINY.replace("arms: auto", "arms: [exact-cutlass-order, exact-cutlass-order]"),
+                       ("arms", "names the same arm twice")),
+        "unknown.yaml": (TINY.replace("arms: auto", "arms: [nonexistent, triton]"),
+                         ("arms", "unknown kernel arm 'nonexistent'")),
     }
     for name, (text, words) in cases.items():
         (hostile / "config" / name).write_text(text)

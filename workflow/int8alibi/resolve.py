@@ -42,7 +42,7 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
     pair of ``kernels.registry.AUTO_ORDER`` available on that device (``registry.select``). Explicit
     values are recorded as they are: whether they can run is checked where each stage executes.
     """
-    from .kernels.registry import select
+    from .kernels.registry import check_names, select
 
     here, spec = host(), _spec(config)
     if spec["device"] == "auto":
@@ -65,6 +65,7 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
             why_arms += f"; passed over (reasons under unavailable): {', '.join(unavailable)}"
     else:
         arms = [str(a) for a in spec["arms"]]
+        check_names(arms)
         why_arms = f"explicit: the config names {arms}"
     return {"spec": spec, "device": device, "arms": arms, "reason": {"device": why_device, "arms": why_arms},
             "host": here, "unavailable": unavailable}

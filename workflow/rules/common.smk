@@ -62,6 +62,7 @@ try:
     # a relative path inside the checkout (symlinks resolved), or under --config results_root=/abs
     RESULTS = results_dir(config, ROOT, "config (after --configfile/--config)")
     GATE = gate(ROOT)
+    GATE.protocol.size_profile(config["size_profile"])  # the named profile exists in analysis.yaml
 except Int8AlibiError as exc:
     _stop(exc)
 

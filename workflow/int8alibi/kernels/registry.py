@@ -102,6 +102,18 @@ def _user_arm(spec: str, device: torch.device) -> UserArm:
     return UserArm(spec, fn, device)
 
 
+def check_names(names: Sequence[str], source: str = "config: arms") -> None:
+    """Refuse, before anything runs, an explicit pair that names one arm twice or an arm that is neither
+    registered nor written ``module:function`` (a user arm's module is not imported here)."""
+    for name in names:
+        module_name, colon, attr = name.partition(":")
+        if name not in ARM_NAMES and not (colon and module_name and attr):
+            raise InputError(f"{source}: unknown kernel arm {name!r} (expected one of {', '.join(ARM_NAMES)} "
+                             "or module:function)")
+    if len(set(names)) != len(names):
+        raise InputError(f"{source}: {list(names)} names the same arm twice; the comparison needs two arms")
+
+
 def get(name: str, device: torch.device | str | None = None) -> Arm:
     """The arm called ``name`` for ``device`` (default: the GPU if present, else CPU)."""
     dev = as_device(device)

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ProtocolError
 from .chain import read_amendments, verify_chain, verify_pins
 from .history import History, check_history
-from .load import load
+from .load import Protocol, load
 from .pins import PROTOCOL_DIR, data_digest, protocol_files_on_disk
 
 log = logging.getLogger("int8alibi.protocol")
@@ -31,6 +31,7 @@ class GateReport:
     files: dict[str, str]
     data_pins: dict[str, str]
     history: History
+    protocol: Protocol  # the verified protocol files, loaded (the config's names are checked against it)
 
     def summary(self) -> str:
         return (
@@ -61,7 +62,7 @@ def gate(project_root: Path) -> GateReport:
     latest = amendments[-1]
     on_disk = protocol_files_on_disk(root)
     verify_pins(root, latest, on_disk)
-    load(root / PROTOCOL_DIR)
+    protocol = load(root / PROTOCOL_DIR)
     report = GateReport(
         project_root=root,
         amendment=latest.id,
@@ -69,6 +70,7 @@ def gate(project_root: Path) -> GateReport:
         files=on_disk,
         data_pins=latest.data_pins,
         history=history,
+        protocol=protocol,
     )
     if history.status != "verified":
         log.warning("protocol gate: %s", history.detail)
