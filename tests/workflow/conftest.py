@@ -13,6 +13,18 @@ from int8alibi.workflow_support import LLMCOMPRESSOR_VENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+# The tiny synthetic model on the CPU: the config of every test that runs real jobs.
+TINY_CONFIG = """\
+model:
+  source: synthetic
+  synthetic: {preset: tiny, seed: 0}
+size_profile: tiny
+corpus: {source: synthetic}
+device: cpu
+arms: auto
+exploratory: false
+results: results
+"""
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -66,3 +78,16 @@ def project_copy(tmp_path: Path) -> Path:
 @pytest.fixture
 def project_copy_nogit(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project", with_git=False)
+
+
+def scheduled_jobs(dry_run_output: str) -> set[str]:
+    """Rule names from the 'Job stats' table of a dry run."""
+    lines = dry_run_output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("job ")) + 2
+    jobs = set()
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs.add(parts[0])
+    return jobs

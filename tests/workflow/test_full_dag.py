@@ -21,22 +21,11 @@ import pytest
 
 from int8alibi.protocol import STAGE_FILES
 
-from .conftest import SNAKEMAKE, commit_all, copy_project
+from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project, scheduled_jobs
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-TEST_CONFIG = """\
-model:
-  source: synthetic
-  synthetic: {preset: tiny, seed: 0}
-size_profile: tiny
-corpus: {source: synthetic}
-device: cpu
-arms: auto
-exploratory: false
-results: results
-"""
 
 
 def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200,
@@ -59,23 +48,10 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*.parquet"))}
 
 
-def scheduled_jobs(dry_run_output: str) -> set[str]:
-    """Rule names from the 'Job stats' table of a dry run."""
-    lines = dry_run_output.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("job ")) + 2
-    jobs = set()
-    for line in lines[start:]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        jobs.add(parts[0])
-    return jobs
-
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_project(tmp_path_factory.mktemp("dag") / "project")
-    (repo / "config" / "test.yaml").write_text(TEST_CONFIG)
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
     commit_all(repo, "test config")
     # 1. Everything up to the predictions; compare refuses unpinned predictions.
     snakemake(repo, "results/prediction/predictions.parquet")

@@ -16,20 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SNAKEMAKE, copy_project
+from .conftest import SNAKEMAKE, TINY_CONFIG, copy_project
 
 BIN = Path(sys.executable).parent
-TINY = """\
-model:
-  source: synthetic
-  synthetic: {preset: tiny, seed: 0}
-size_profile: tiny
-corpus: {source: synthetic}
-device: cpu
-arms: auto
-exploratory: false
-results: results
-"""
 TARGET = "results/faults_smoke/manifest.json"  # model -> requant -> capture -> faults_smoke: real jobs
 
 
@@ -54,7 +43,7 @@ def refused(done: subprocess.CompletedProcess, *words: str) -> str:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_project(tmp_path_factory.mktemp("hostile") / "project")
-    (repo / "config" / "test.yaml").write_text(TINY)
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
     return repo
 
 
@@ -67,7 +56,7 @@ def test_a_results_value_that_injects_a_command_is_refused_and_nothing_runs(host
     if how == "--config":
         args = ["--configfile", "config/test.yaml", "--config", f"results={value}"]
     else:
-        (hostile / "config" / "evil.yaml").write_text(TINY.replace("results: results", f'results: "{value}"'))
+        (hostile / "config" / "evil.yaml").write_text(TINY_CONFIG.replace("results: results", f'results: "{value}"'))
         args = ["--configfile", "config/evil.yaml"]
     done = smk(hostile, *(["-n"] if dry else []), "--cores", "1", *args)
     refused(done, "results", "does not match")
@@ -109,19 +98,19 @@ def test_results_root_puts_results_outside_the_checkout_on_request(hostile: Path
 
 def test_more_bad_inputs_end_in_one_named_error_quickly(hostile: Path) -> None:
     cases = {
-        "newline.yaml": (TINY.replace("results: results", 'results: "results\\nrm -rf x"'), ("results",)),
-        "huge.yaml": (TINY.replace("size_profile: tiny", "size_profile: " + "x" * 10_000_000),
+        "newline.yaml": (TINY_CONFIG.replace("results: results", 'results: "results\\nrm -rf x"'), ("results",)),
+        "huge.yaml": (TINY_CONFIG.replace("size_profile: tiny", "size_profile: " + "x" * 10_000_000),
                       ("huge.yaml", "more than the 1048576")),
-        "long.yaml": (TINY.replace("size_profile: tiny", "size_profile: " + "x" * 500_000),
+        "long.yaml": (TINY_CONFIG.replace("size_profile: tiny", "size_profile: " + "x" * 500_000),
                       ("size_profile", "maxLength")),
-        "deep.yaml": (TINY.replace("seed: 0}", "seed: {deep: [1]}}"), ("model/synthetic/seed", "integer")),
-        "duplicate.yaml": (TINY + "device: cuda\n", ("duplicate.yaml", "line 10: duplicate key 'device'")),
-        "shards.yaml": (TINY + "faults_shards: 100000\n", ("faults_shards", "maximum of 1024")),
-        "profile.yaml": (TINY.replace("size_profile: tiny", "size_profile: nope"),
+        "deep.yaml": (TINY_CONFIG.replace("seed: 0}", "seed: {deep: [1]}}"), ("model/synthetic/seed", "integer")),
+        "duplicate.yaml": (TINY_CONFIG + "device: cuda\n", ("duplicate.yaml", "line 10: duplicate key 'device'")),
+        "shards.yaml": (TINY_CONFIG + "faults_shards: 100000\n", ("faults_shards", "maximum of 1024")),
+        "profile.yaml": (TINY_CONFIG.replace("size_profile: tiny", "size_profile: nope"),
                          ("analysis.yaml", "no size profile 'nope'")),
-        "twice.yaml": (TINY.replace("arms: auto", "arms: [exact-cutlass-order, exact-cutlass-order]"),
+        "twice.yaml": (TINY_CONFIG.replace("arms: auto", "arms: [exact-cutlass-order, exact-cutlass-order]"),
                        ("arms", "names the same arm twice")),
-        "unknown.yaml": (TINY.replace("arms: auto", "arms: [nonexistent, triton]"),
+        "unknown.yaml": (TINY_CONFIG.replace("arms: auto", "arms: [nonexistent, triton]"),
                          ("arms", "unknown kernel arm 'nonexistent'")),
     }
     for name, (text, words) in cases.items():
@@ -147,7 +136,7 @@ def alias_bomb() -> str:
 
 def test_an_alias_bomb_in_the_config_or_an_untracked_amendment_is_a_named_error(hostile: Path) -> None:
     bomb = alias_bomb()
-    (hostile / "config" / "bomb.yaml").write_text(TINY + "extra:\n" + "".join(f"  {line}\n" for line in bomb.splitlines()))
+    (hostile / "config" / "bomb.yaml").write_text(TINY_CONFIG + "extra:\n" + "".join(f"  {line}\n" for line in bomb.splitlines()))
     refused(smk(hostile, "-n", "--cores", "1", "--configfile", "config/bomb.yaml", timeout=120),
             "bomb.yaml", "anchor &a refused")
     (hostile / "config" / "bomb.yaml").unlink()
@@ -179,7 +168,7 @@ def run_with_a_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model's first real jobs (model, requant, capture, faults_smoke) from a checkout whose
     path holds a space."""
     repo = copy_project(tmp_path_factory.mktemp("space") / "with space" / "project")
-    (repo / "config" / "test.yaml").write_text(TINY)
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
     done = smk(repo, TARGET, "--cores", "2", "--configfile", "config/test.yaml", timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return repo
@@ -203,7 +192,7 @@ def test_a_dry_run_during_a_run_does_not_change_what_its_jobs_read(run_with_a_sp
     """The F6 race: `snakemake -n --config exploratory=true` while the run executes; the run's later
     jobs still read their own run config, so their tables equal a clean run's byte for byte."""
     repo = copy_project(tmp_path / "race")
-    (repo / "config" / "test.yaml").write_text(TINY)
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     run = subprocess.Popen([str(SNAKEMAKE), TARGET, "--cores", "2", "--configfile", "config/test.yaml"], cwd=repo,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

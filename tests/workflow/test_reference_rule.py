@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from .conftest import dry_run
+from .conftest import dry_run, scheduled_jobs
 
 TINY = {"size_profile": "tiny", "corpus": {"source": "synthetic", "path": None}}
 
@@ -18,15 +18,7 @@ def _jobs(repo: Path, checkpoint: str | None) -> tuple[set[str], str]:
     (repo / "config" / "reference-test.yaml").write_text(yaml.safe_dump(config))
     done = dry_run(repo, "-p", "results/requant/manifest.json", "--configfile", "config/reference-test.yaml")
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("job ")) + 2
-    jobs = set()
-    for line in lines[start:]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        jobs.add(parts[0])
-    return jobs, done.stdout
+    return scheduled_jobs(done.stdout), done.stdout
 
 
 def test_without_a_committed_checkpoint_llm_compressor_makes_the_reference(project_copy: Path) -> None:

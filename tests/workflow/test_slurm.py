@@ -35,14 +35,13 @@ from pathlib import Path
 import pytest
 
 from . import slurm_cluster
-from .conftest import SNAKEMAKE, commit_all, copy_project
-from .test_full_dag import TEST_CONFIG
+from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 SHARDS = 3
-CONFIG = TEST_CONFIG + f"faults_shards: {SHARDS}\n"
+CONFIG = TINY_CONFIG + f"faults_shards: {SHARDS}\n"
 # Jobs that must go through sbatch, and the light ones that run where snakemake runs (localrules).
 SUBMITTED_RULES = {"model", "requant", "capture", "prediction", "compare", "faults_shard", "generate",
                    "perplexity", "tokens"}
