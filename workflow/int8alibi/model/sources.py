@@ -170,12 +170,8 @@ def _check_bf16_dir(path: Path) -> dict[str, Path]:
 
     Returns tensor name -> the .safetensors file holding it (a name in two files is refused)."""
     config = path / "config.json"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"{config}: cannot read the parent's config ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(data, dict):
-        raise InputError(f"{config}: not a JSON object; not a Hugging Face model config")
+    data = _json_object(config, required=True)
+    assert data is not None  # required: a missing file raised
     if data.get("quantization_config"):
         raise InputError(f"{config}: has a quantization_config; the parent must be the unquantized bf16 model")
     files = sorted(path.glob("*.safetensors"))
