@@ -338,11 +338,13 @@ def _portable(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _rehashed(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest with each output and input record's digest (and size; for Parquet, rows and
-    content digest) replaced by what the file holds now, so ``diff`` compares bytes, not what the
-    manifests claim; a record whose file no longer matches it gains ``changed_since_recorded``."""
+    """The manifest with each output record's digest (and size; for Parquet, rows and content
+    digest) replaced by what the file holds now, so ``diff`` compares bytes, not what the manifests
+    claim; a record whose file no longer matches it gains ``changed_since_recorded``. Inputs stay as
+    recorded: those outside the results folder (protocol files, model sources) are the checkout's
+    files now, not what an earlier run read, and those inside it are another stage's outputs."""
     out = dict(manifest)
-    for role in ("outputs", "inputs"):
+    for role in ("outputs",):
         records = []
         for rec in manifest[role]:
             new = dict(rec)
@@ -408,7 +410,7 @@ def _load_run(run: Path, rehash: bool) -> dict[str, dict[str, Any]]:
 def diff(run_a: str | Path, run_b: str | Path, *, rehash: bool = True) -> list[Difference]:
     """Every field that differs between two runs, per stage, in a stable order.
 
-    With ``rehash`` (the default) every output and input file is re-hashed, so a changed byte
+    With ``rehash`` (the default) every output file is re-hashed, so a changed byte
     shows even where a manifest was rewritten to match; without it only recorded digests are
     compared. Timestamps and the manifests' own digests are not compared.
     """
