@@ -120,23 +120,22 @@ def test_gpu_batched_gives_the_cpu_rows(settings: CampaignSettings) -> None:
 def test_worker_processes_draw_what_the_per_cell_engine_draws(layers: list[Operands], settings: CampaignSettings,
                                                               campaign_rows: pd.DataFrame) -> None:
     from int8alibi.faults.batched import run_layers
-    from int8alibi.faults.campaign import ROW_COLUMNS
+    from int8alibi.faults.rows import CellColumns, frame
 
-    rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), workers=2) for row in layer]
-    pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), campaign_rows,
-                                  check_exact=True)
+    cells = CellColumns.concat(list(run_layers(layers, settings, torch.device("cpu"), workers=2)))
+    pd.testing.assert_frame_equal(frame(cells, settings.thresholds), campaign_rows, check_exact=True)
 
 
 def test_batches_of_any_size_keep_the_layer_order(settings: CampaignSettings) -> None:
     from int8alibi.faults.batched import run_layers
-    from int8alibi.faults.campaign import ROW_COLUMNS
+    from int8alibi.faults.rows import CellColumns, frame
 
     layers = list(synthetic_layers("qwen3-1.7b", m=4, seed=9, blocks=2))
     cells = run_campaign(layers, settings, "cpu", progress=False, engine="cells")
     for batch in (1, 3):
-        rows = [row for layer in run_layers(layers, settings, torch.device("cpu"), batch=batch) for row in layer]
-        pd.testing.assert_frame_equal(pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS)), cells,
-                                      check_exact=True)
+        parts = list(run_layers(layers, settings, torch.device("cpu"), batch=batch))
+        assert [p.layer[0] for p in parts] == [op.layer for op in layers]
+        pd.testing.assert_frame_equal(frame(CellColumns.concat(parts), settings.thresholds), cells, check_exact=True)
 
 
 def test_batch_size_stays_within_its_memory_share(settings: CampaignSettings) -> None:

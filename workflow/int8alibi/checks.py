@@ -13,10 +13,11 @@ The campaign (``faults.campaign``) and ``conform`` build the evidence with the f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from .arith import F32_EXACT_BOUND, INT32_PRODUCT_BOUND, is_pow2, ulp_distance
@@ -298,44 +299,115 @@ def _not_applicable(check: int, reason: str) -> CheckResult:
     return CheckResult(check, False, None, reason)
 
 
+# Each check as a function of the evidence fields it reads: ``evaluate`` calls them per cell,
+# ``evaluate_columns`` once per distinct value of those fields.
+
+def _check1(identical: bool) -> CheckResult:
+    return _applied(1, not identical, "operands bit-identical" if identical else "arms received different operands")
+
+
+def _check2(k_a: int, k_b: int, th: Thresholds) -> CheckResult:
+    deepest = max(k_a, k_b)
+    return _applied(2, th.product_bound * deepest >= th.int32_limit,
+                    f"{th.product_bound}*K = {th.product_bound * deepest} vs limit {th.int32_limit} (K = {k_a}, {k_b})")
+
+
+def _check3(exact_absmax: int, th: Thresholds) -> CheckResult:
+    return _applied(3, exact_absmax > th.f32_exact_bound,
+                    f"max |exact acc| = {exact_absmax} vs bound {th.f32_exact_bound}")
+
+
+def _check4(accumulators: bool | None, note: str = "") -> CheckResult:
+    if accumulators is None:
+        return _not_applicable(4, note or "an arm does not expose its accumulator")
+    return _applied(4, not accumulators,
+                    "both accumulators equal the exact accumulator of arm A's operands" if accumulators
+                    else "an arm's int32 accumulator differs from the exact accumulator of arm A's operands")
+
+
+def _check5(scales_pow2: bool, differing: int, elements: int) -> CheckResult:
+    if not scales_pow2:
+        return _not_applicable(5, "some scale is not a power of two (or is zero)")
+    return _applied(5, differing > 0, f"{differing} of {elements} output elements differ bitwise")
+
+
+def _check6(scales_pow2: bool, max_finite_ulp: int | None, mismatch: int, th: Thresholds) -> CheckResult:
+    if scales_pow2:
+        return _not_applicable(6, "every scale is a power of two: check 5 decides instead")
+    over = max_finite_ulp is not None and max_finite_ulp > th.ulp_tolerance
+    ulp_text = "no finite pair" if max_finite_ulp is None else f"max finite ulp {max_finite_ulp}"
+    return _applied(6, over or mismatch > 0,
+                    f"{ulp_text} vs tolerance {th.ulp_tolerance}; {mismatch} finite/non-finite mismatches")
+
+
+_CHECK7 = _not_applicable(7, "token-level risk on logit margins needs logits; not evaluable on one layer")
+
+
 def evaluate(ev: CellEvidence, th: Thresholds) -> list[CheckResult]:
     """Checks 1-7 on one cell's evidence, in order."""
-    results = [
-        _applied(1, not ev.operands_identical,
-                 "operands bit-identical" if ev.operands_identical else "arms received different operands"),
-    ]
-    deepest = max(ev.k)
-    results.append(_applied(
-        2, th.product_bound * deepest >= th.int32_limit,
-        f"{th.product_bound}*K = {th.product_bound * deepest} vs limit {th.int32_limit} (K = {ev.k[0]}, {ev.k[1]})",
-    ))
-    results.append(_applied(
-        3, ev.exact_absmax > th.f32_exact_bound,
-        f"max |exact acc| = {ev.exact_absmax} vs bound {th.f32_exact_bound}",
-    ))
-    if ev.accumulators is None:
-        results.append(_not_applicable(4, ev.accumulator_note or "an arm does not expose its accumulator"))
-    else:
-        results.append(_applied(
-            4, not ev.accumulators,
-            "both accumulators equal the exact accumulator of arm A's operands" if ev.accumulators
-            else "an arm's int32 accumulator differs from the exact accumulator of arm A's operands",
-        ))
     out = ev.outputs
-    if ev.scales_pow2:
-        results.append(_applied(5, out.differing > 0,
-                                f"{out.differing} of {out.elements} output elements differ bitwise"))
-        results.append(_not_applicable(6, "every scale is a power of two: check 5 decides instead"))
-    else:
-        results.append(_not_applicable(5, "some scale is not a power of two (or is zero)"))
-        over = out.max_finite_ulp is not None and out.max_finite_ulp > th.ulp_tolerance
-        ulp_text = "no finite pair" if out.max_finite_ulp is None else f"max finite ulp {out.max_finite_ulp}"
-        results.append(_applied(
-            6, over or out.finiteness_mismatch > 0,
-            f"{ulp_text} vs tolerance {th.ulp_tolerance}; {out.finiteness_mismatch} finite/non-finite mismatches",
-        ))
-    results.append(_not_applicable(7, "token-level risk on logit margins needs logits; not evaluable on one layer"))
-    return results
+    return [
+        _check1(ev.operands_identical),
+        _check2(*ev.k, th),
+        _check3(ev.exact_absmax, th),
+        _check4(ev.accumulators, ev.accumulator_note),
+        _check5(ev.scales_pow2, out.differing, out.elements),
+        _check6(ev.scales_pow2, out.max_finite_ulp, out.finiteness_mismatch, th),
+        _CHECK7,
+    ]
+
+
+@dataclass(frozen=True)
+class EvidenceColumns:
+    """The ``CellEvidence`` of many cells, one int64 or bool array per field, every arm exposing
+    its accumulator (as in the fault campaign). ``max_finite_ulp`` is -1 where there is no finite
+    pair (None in ``OutputComparison``)."""
+
+    operands_identical: np.ndarray
+    k: np.ndarray                 # [cells, 2]
+    exact_absmax: np.ndarray
+    accumulators: np.ndarray
+    scales_pow2: np.ndarray
+    elements: np.ndarray
+    differing: np.ndarray
+    max_finite_ulp: np.ndarray
+    finiteness_mismatch: np.ndarray
+
+
+def _spread(keys: list[np.ndarray], decide: Callable[..., CheckResult]) -> list[np.ndarray]:
+    """``decide`` once per distinct row of the key columns (as Python ints), its results spread to
+    every cell: applicable (bool), fired (object: True, False or None) and reason (object)."""
+    code = np.zeros(len(keys[0]), dtype=np.int64)
+    for column in keys:  # one int64 code per distinct row (mixed radix): a 1-D sort, not a sort of rows
+        values, at = np.unique(column, return_inverse=True)
+        if code.size and (int(code.max()) + 1) * len(values) > 2**62:   # renumber before it could overflow
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+        code = code * len(values) + at.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    results = [decide(*row) for row in np.stack(keys, 1)[first].tolist()]
+    inverse = inverse.reshape(-1)
+    return [np.array([r.applicable for r in results], dtype=bool)[inverse],
+            np.array([r.fired for r in results], dtype=object)[inverse],
+            np.array([r.reason for r in results], dtype=object)[inverse]]
+
+
+def evaluate_columns(ev: EvidenceColumns, th: Thresholds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``evaluate`` on many cells at once: applicable, fired and reason, each [cells, 7], entry for
+    entry ``evaluate``'s. Every check decides once per distinct value of the fields it reads (a
+    campaign has far fewer than cells), by the functions ``evaluate`` calls."""
+    cells = len(ev.exact_absmax)
+    ulp = ev.max_finite_ulp
+    per_check = [
+        _spread([ev.operands_identical], lambda i: _check1(bool(i))),
+        _spread([ev.k[:, 0], ev.k[:, 1]], lambda a, b: _check2(a, b, th)),
+        _spread([ev.exact_absmax], lambda a: _check3(a, th)),
+        _spread([ev.accumulators], lambda a: _check4(bool(a))),
+        _spread([ev.scales_pow2, ev.differing, ev.elements], lambda p, d, e: _check5(bool(p), d, e)),
+        _spread([ev.scales_pow2, ulp, ev.finiteness_mismatch],
+                lambda p, u, m: _check6(bool(p), None if u < 0 else u, m, th)),
+        _spread([np.zeros(cells, dtype=np.int64)], lambda _: _CHECK7),
+    ]
+    return tuple(np.stack([c[field] for c in per_check], 1) for field in range(3))  # type: ignore[return-value]
 
 
 def evaluate_arms(

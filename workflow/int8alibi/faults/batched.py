@@ -33,13 +33,14 @@ import numpy as np
 import torch
 
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
-from ..checks import CellEvidence, OutputComparison
+from ..checks import EvidenceColumns
 from ..operands import Operands
 from . import catalogue as cat
 from . import compare
-from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _Cell, _validate, cell_rng,
-                       fraction_count, layer_rows, run_layer_cells)
+from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _validate, cell_rng,
+                       fraction_count, run_layer_cells)
 from .pipeline import REGIMES, tile_partial_sums
+from .rows import CellColumns
 
 R = len(REGIMES)
 CELLS_PER_REGIME = CELLS_PER_LAYER // R
@@ -398,36 +399,60 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
     return _Pending(ops, packed, done, k, mn)
 
 
-def _cells(k: int, elements: int, table: np.ndarray, facts: list[int]) -> Iterator[_Cell]:
-    """One layer's cells from its table and facts, as ``campaign._LayerRun.cells`` yields them."""
-    absmax, r6, r7, absmax7, absmax_all = facts[:5]
-    absmax_one = facts[5:5 + R]
-    base_match, match6, match7, boosted, match_all, ident_all = facts[5 + R:11 + R]
-    rest = facts[11 + R:]
-    match_one, ident_one, ident_pct, pow2, pow2_pct = (rest[i * R:(i + 1) * R] for i in range(5))
-    kinds = [(f, s) for f in EPILOGUE_FAULTS for s in SEVERITIES] + [("F6", "all"), ("F7", "all"), ("F8", "all")]
-    kinds += [("F9", "all"), ("F9", "one"), ("F9", "pct")]
-    for r, regime in enumerate(REGIMES):
-        for i, (fault, severity) in enumerate(kinds):
-            differing, max_d, nonfinite, mismatch, changed = (int(v) for v in table[r, i])
-            repeats, boost, top_abs, match, p2, ident = 1, False, absmax, base_match, pow2[r], 1
-            if fault == "F6":
-                repeats, top_abs, match = r6, r6 * absmax, match6
-            elif fault == "F7":
-                repeats, boost, top_abs, match = r7, bool(boosted), absmax7, match7
-            elif (fault, severity) == ("F9", "all"):
-                top_abs, match, ident = absmax_all, match_all, ident_all
-            elif (fault, severity) == ("F9", "one"):
-                top_abs, match, ident = absmax_one[r], match_one[r], ident_one[r]
-            elif (fault, severity) == ("F9", "pct"):
-                p2, ident = pow2_pct[r], ident_pct[r]
-            outputs = OutputComparison(
-                elements=elements, differing=differing,
-                max_finite_ulp=max(max_d, 0) if elements > nonfinite else None,
-                nonfinite=nonfinite, finiteness_mismatch=mismatch)
-            ev = CellEvidence(operands_identical=bool(ident), k=(k * repeats, k * repeats),
-                              exact_absmax=top_abs, accumulators=bool(match), scales_pow2=bool(p2), outputs=outputs)
-            yield _Cell(fault, severity, regime, ev, changed, repeats, boost)
+_KINDS = ([(f, s) for f in EPILOGUE_FAULTS for s in SEVERITIES]
+          + [("F6", "all"), ("F7", "all"), ("F8", "all"), ("F9", "all"), ("F9", "one"), ("F9", "pct")])
+_F6_CELL, _F7_CELL, _F9_ALL, _F9_ONE, _F9_PCT = 15, 16, 18, 19, 20
+
+
+def _columns(ops: list[Operands], k: int, elements: int, tables: np.ndarray, facts: np.ndarray) -> CellColumns:
+    """The cells of a batch from its tables [L, R, 21, 5] and facts [L, F], in the order
+    ``campaign._LayerRun.cells`` yields them (layer, regime, fault and severity), with its evidence."""
+    layers = len(ops)
+    shape = (layers, R, CELLS_PER_REGIME)
+
+    def per_layer(column: int) -> np.ndarray:      # [L, 1, 1]
+        return facts[:, column, None, None]
+
+    def per_regime(first: int) -> np.ndarray:      # [L, R]
+        return facts[:, first:first + R]
+
+    absmax, r6, r7, absmax7, absmax_all = (per_layer(i) for i in range(5))
+    absmax_one = per_regime(5)
+    base_match, match6, match7, boosted, match_all, ident_all = (per_layer(5 + R + i) for i in range(6))
+    match_one, ident_one, ident_pct, pow2, pow2_pct = (per_regime(11 + R + i * R) for i in range(5))
+    repeats = np.ones(shape, dtype=np.int64)
+    repeats[..., _F6_CELL], repeats[..., _F7_CELL] = r6[..., 0], r7[..., 0]
+    boost = np.zeros(shape, dtype=bool)
+    boost[..., _F7_CELL] = boosted[..., 0].astype(bool)
+    top_abs = np.broadcast_to(absmax, shape).copy()
+    top_abs[..., _F6_CELL], top_abs[..., _F7_CELL] = (r6 * absmax)[..., 0], absmax7[..., 0]
+    top_abs[..., _F9_ALL], top_abs[..., _F9_ONE] = absmax_all[..., 0], absmax_one
+    match = np.broadcast_to(base_match, shape).copy()
+    match[..., _F6_CELL], match[..., _F7_CELL] = match6[..., 0], match7[..., 0]
+    match[..., _F9_ALL], match[..., _F9_ONE] = match_all[..., 0], match_one
+    p2 = np.broadcast_to(pow2[..., None], shape).copy()
+    p2[..., _F9_PCT] = pow2_pct
+    ident = np.ones(shape, dtype=np.int64)
+    ident[..., _F9_ALL], ident[..., _F9_ONE], ident[..., _F9_PCT] = ident_all[..., 0], ident_one, ident_pct
+    differing, max_d, nonfinite, mismatch, changed = (tables[..., i].reshape(-1) for i in range(5))
+    count = layers * R * CELLS_PER_REGIME
+    depth = k * repeats.reshape(-1)
+    evidence = EvidenceColumns(
+        operands_identical=ident.reshape(-1).astype(bool), k=np.stack([depth, depth], 1),
+        exact_absmax=top_abs.reshape(-1), accumulators=match.reshape(-1).astype(bool),
+        scales_pow2=p2.reshape(-1).astype(bool), elements=np.full(count, elements, dtype=np.int64),
+        differing=differing, max_finite_ulp=np.where(elements > nonfinite, np.maximum(max_d, 0), -1),
+        finiteness_mismatch=mismatch)
+    per = R * CELLS_PER_REGIME
+    return CellColumns(
+        layer=np.repeat(np.array([op.layer for op in ops], dtype=object), per),
+        block=np.repeat(np.array([int(op.block) for op in ops], dtype=np.int64), per),
+        proj=np.repeat(np.array([op.proj for op in ops], dtype=object), per),
+        fault=np.tile(np.array([f for f, _ in _KINDS * R], dtype=object), layers),
+        severity=np.tile(np.array([s for _, s in _KINDS * R], dtype=object), layers),
+        regime=np.tile(np.repeat(np.array(REGIMES, dtype=object), CELLS_PER_REGIME), layers),
+        changed=changed, nonfinite=nonfinite, repeats=repeats.reshape(-1), boosted=boost.reshape(-1),
+        evidence=evidence)
 
 
 def _scales_fit(s: object, rows: int) -> bool:
@@ -436,14 +461,14 @@ def _scales_fit(s: object, rows: int) -> bool:
             and tuple(s.shape) in ((rows,), (rows, 1)))
 
 
-def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[list[tuple[object, ...]]]:
-    """Read one batch's answers back (the one synchronisation per batch) and make each layer's rows;
+def _finish(p: _Pending, settings: CampaignSettings, device: torch.device) -> list[CellColumns]:
+    """Read one batch's answers back (the one synchronisation per batch) and make each layer's cells;
     a flagged batch is rerun layer by layer by the per-cell engine."""
     tables, facts, flagged = p.read()
     if flagged:
         return [run_layer_cells(op, settings, device) for op in p.ops]
-    return [layer_rows(op, _cells(p.k, p.elements, tables[i], facts[i].tolist()), settings)
-            for i, op in enumerate(p.ops)]
+    cells = _columns(p.ops, p.k, p.elements, tables, facts)
+    return [cells.part(i * CELLS_PER_LAYER, (i + 1) * CELLS_PER_LAYER) for i in range(len(p.ops))]
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
@@ -491,8 +516,8 @@ def batch_size(m: int, k: int, n: int, settings: CampaignSettings, device: torch
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
-               workers: int = 0, batch: int = BATCH) -> Iterator[list[tuple[object, ...]]]:
-    """Each layer's rows, in the order given.
+               workers: int = 0, batch: int = BATCH) -> Iterator[CellColumns]:
+    """Each layer's cells, in the order given.
 
     Layers are read ahead (``lookahead``) and the ones of one shape are batched, up to ``batch``
     and ``batch_size``;
@@ -505,7 +530,7 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
     lookahead = max(4 * batch, 2 * workers, 1)
     source = iter(layers)
     waiting: deque[tuple[int, Operands, Future[Picks] | Picks]] = deque()
-    done: dict[int, list[tuple[object, ...]]] = {}
+    done: dict[int, CellColumns] = {}
     emitted = taken = 0
     pending: _Pending | None = None
     pending_index: list[int] = []

@@ -33,13 +33,14 @@ import torch
 from tqdm import tqdm
 
 from ..arith import exact_accumulator, wrap_int32
-from ..checks import (CellEvidence, ElementDiff, OperandSet, OutputComparison, Thresholds, accumulator_matches,
-                      all_pow2, count_differing, evaluate, nonfinite_index, operands_identical,
+from ..checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, OutputComparison, Thresholds,
+                      accumulator_matches, all_pow2, count_differing, nonfinite_index, operands_identical,
                       ordered_positions)
 from ..errors import InputError, ProtocolError
 from ..operands import Operands
 from . import catalogue as cat
 from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
+from .rows import CellColumns, check_layer, frame, strings
 
 SEVERITIES = ("one", "pct", "all")
 EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
@@ -341,28 +342,38 @@ class _LayerRun:
         return _Cell("F9", severity, regime, ev, outputs.differing, 1, False)
 
 
-ROW_COLUMNS = ("layer", "block", "proj", "fault", "severity", "regime", "changed_elements", "observable", "max_ulp",
-               "nonfinite", "k_effective", "tile_repeats", "f7_boost", "check", "applicable", "fired", "reason")
+def layer_cells(op: Operands, cells: Iterable[_Cell]) -> CellColumns:
+    """The per-cell engine's cells of one layer as columns (``CELLS_PER_LAYER`` of them)."""
+    cells = list(cells)
+    check_layer(op.layer, len(cells), CELLS_PER_LAYER)
+    outputs = [c.evidence.outputs for c in cells]
+    evidence = EvidenceColumns(
+        operands_identical=np.array([c.evidence.operands_identical for c in cells], dtype=bool),
+        k=np.array([c.evidence.k for c in cells], dtype=np.int64).reshape(-1, 2),
+        exact_absmax=np.array([c.evidence.exact_absmax for c in cells], dtype=np.int64),
+        accumulators=np.array([c.evidence.accumulators for c in cells], dtype=bool),
+        scales_pow2=np.array([c.evidence.scales_pow2 for c in cells], dtype=bool),
+        elements=np.array([o.elements for o in outputs], dtype=np.int64),
+        differing=np.array([o.differing for o in outputs], dtype=np.int64),
+        max_finite_ulp=np.array([-1 if o.max_finite_ulp is None else o.max_finite_ulp for o in outputs],
+                                dtype=np.int64),
+        finiteness_mismatch=np.array([o.finiteness_mismatch for o in outputs], dtype=np.int64),
+    )
+    count = len(cells)
+    return CellColumns(
+        layer=strings(op.layer, count), block=np.full(count, int(op.block), dtype=np.int64),
+        proj=strings(op.proj, count), fault=np.array([c.fault for c in cells], dtype=object),
+        severity=np.array([c.severity for c in cells], dtype=object),
+        regime=np.array([c.regime for c in cells], dtype=object),
+        changed=np.array([c.changed for c in cells], dtype=np.int64),
+        nonfinite=np.array([o.nonfinite for o in outputs], dtype=np.int64),
+        repeats=np.array([c.repeats for c in cells], dtype=np.int64),
+        boosted=np.array([c.boosted for c in cells], dtype=bool), evidence=evidence)
 
 
-def layer_rows(op: Operands, cells: Iterable[_Cell], settings: CampaignSettings) -> list[tuple[Any, ...]]:
-    """One row per cell x check (``CELLS_PER_LAYER * 7`` rows) as tuples in ``ROW_COLUMNS`` order."""
-    rows: list[tuple[Any, ...]] = []
-    identity = (op.layer, int(op.block), op.proj)
-    for cell in cells:
-        ev = cell.evidence
-        common = (*identity, cell.fault, cell.severity, cell.regime, cell.changed, cell.changed > 0,
-                  ev.outputs.max_finite_ulp, ev.outputs.nonfinite, max(ev.k), cell.repeats, cell.boosted)
-        rows.extend((*common, r.check, r.applicable, r.fired, r.reason) for r in evaluate(ev, settings.thresholds))
-    if len(rows) != CELLS_PER_LAYER * 7:
-        raise InputError(f"layer {op.layer!r}: campaign produced {len(rows)} rows, expected {CELLS_PER_LAYER * 7}")
-    return rows
-
-
-def run_layer_cells(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
-                    ) -> list[tuple[Any, ...]]:
-    """The rows of one layer from the per-cell engine (``_LayerRun``)."""
-    return layer_rows(op, _LayerRun(op, settings, torch.device(device)).cells(), settings)
+def run_layer_cells(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu") -> CellColumns:
+    """The cells of one layer from the per-cell engine (``_LayerRun``)."""
+    return layer_cells(op, _LayerRun(op, settings, torch.device(device)).cells())
 
 
 def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
@@ -400,10 +411,10 @@ def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device:
         from .batched import run_layers
 
         workers = min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else 0
-        per_layer: Iterable[list[tuple[Any, ...]]] = run_layers(items, settings, device, workers)
+        per_layer: Iterable[CellColumns] = run_layers(items, settings, device, workers)
     else:
         per_layer = (run_layer_cells(op, settings, device) for op in items)
-    rows = [row for layer in per_layer for row in layer]
-    if not rows:
+    parts = list(per_layer)
+    if not parts:
         raise InputError("fault campaign: no layers to run")
-    return pd.DataFrame.from_records(rows, columns=list(ROW_COLUMNS))
+    return frame(CellColumns.concat(parts), settings.thresholds)
