@@ -10,7 +10,6 @@ paths and digests, and the CUDA kernel names a profiler saw (CUTLASS names carry
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..kernels.base import package_version
+from ..provenance.hashing import sha256_file
 from .operands import FP8, Quantized
 
 Runner = Callable[[Quantized], torch.Tensor]
@@ -80,14 +80,6 @@ def runner(name: str, fmt: str, device: torch.device) -> tuple[Runner | None, st
     raise InputError(f"ksweep: arm {name!r} does not take {fmt} operands")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def library_evidence() -> dict[str, str]:
     """Versions, and the vLLM op library's and Triton kernel source's paths and SHA-256 where present."""
     facts = {"torch": torch.__version__, "triton": package_version("triton"), "vllm": package_version("vllm"),
@@ -100,7 +92,7 @@ def library_evidence() -> dict[str, str]:
                           "model_executor/layers/quantization/compressed_tensors/triton_scaled_mm.py")):
             path = root / rel
             facts[key] = path.as_posix()
-            facts[f"{key}_sha256"] = _sha256(path) if path.is_file() else "absent"
+            facts[f"{key}_sha256"] = sha256_file(path) if path.is_file() else "absent"
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         facts["device"] = props.name
