@@ -26,8 +26,8 @@ def _pins(path: Path) -> dict[str, str]:
 
 def test_bootstrap_installs_the_cpu_lock_from_envs() -> None:
     bootstrap = (PROJECT / "bootstrap").read_text()
-    assert 'envs/install cpu "$venv/bin/python"' in bootstrap
-    assert "envs/cpu.txt" in bootstrap.split("want=", 1)[1].splitlines()[0]  # a lock change rebuilds .venv
+    assert 'setup_venv "$venv" cpu' in bootstrap and 'envs/install "$lock" "$dir/bin/python"' in bootstrap
+    assert '"envs/$lock.txt"' in bootstrap.split("want=", 1)[1].splitlines()[0]  # a lock change rebuilds .venv
     install = (ENVS / "install").read_text()
     assert '--no-deps -r "$here/$lock.txt"' in install
     tracked = subprocess.run(["git", "ls-files"], cwd=PROJECT, capture_output=True, text=True, check=True).stdout
@@ -51,8 +51,7 @@ def test_the_gpu_set_is_the_cpu_lock_with_cuda_torch_only() -> None:
 
 def test_bootstrap_builds_llm_compressors_own_environment_from_its_lock() -> None:
     bootstrap = (PROJECT / "bootstrap").read_text()
-    assert 'envs/install llmcompressor "$lc_venv/bin/python"' in bootstrap
-    assert "envs/llmcompressor.txt" in bootstrap.split("lc_want=", 1)[1].splitlines()[0]
+    assert "setup_venv .venv-llmcompressor llmcompressor" in bootstrap  # setup_venv: see the test above
     assert "/.venv-llmcompressor/" in (PROJECT / ".gitignore").read_text().splitlines()
     pins = _pins(ENVS / "llmcompressor.txt")
     assert pins["llmcompressor"] == "0.14.0.1" and pins["compressed-tensors"] == "0.19.0"
