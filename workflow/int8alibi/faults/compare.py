@@ -3,7 +3,7 @@
 For two bf16 values (as sign-extended int32 bits) the facts are: do the bits differ; is either
 value non-finite (all exponent bits set); the ulp distance on the line of representable values
 (``checks.ordered_positions``), -1 where either is non-finite. ``whole`` reduces them over every
-element of each (output, regime); ``at_positions`` gives them at chosen elements. On a GPU
+element of each (output, regime). On a GPU
 ``whole`` is one Triton pass (``compare_triton``) instead of about twenty tensor passes.
 """
 
