@@ -25,7 +25,7 @@ from torch import nn
 from ..engines.own import cache_argument
 from ..errors import InputError
 from ..model.trace import Event, first_difference, traced
-from .replay import Positions, compare
+from .replay import Positions, bit_view, compare
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,10 @@ def attribute(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], po
     and their logits at ``position`` must differ; otherwise the attribution is refused.
     """
     again, _, dec = decode(model, prompt, position + 1, trace_at=position, device=device)
-    if again != list(tokens[: position + 1]) or not torch.equal(_bits(_head(dec, where)), _bits(decoded[position])):
+    if again != list(tokens[: position + 1]) or not torch.equal(bit_view(_head(dec, where)), bit_view(decoded[position])):
         raise InputError(f"{where}: the traced decode did not reproduce the untraced one at position {position}")
     _, pre = prefill(model, prompt, tokens, trace_at=position, device=device)
-    if not torch.equal(_bits(_head(pre, where)), _bits(prefilled[position])):
+    if not torch.equal(bit_view(_head(pre, where)), bit_view(prefilled[position])):
         raise InputError(f"{where}: the traced prefill did not reproduce the untraced one at position {position}")
     index = first_difference(dec, pre, where)
     if index is None:
@@ -119,7 +119,3 @@ def _head(events: list[Event], where: str) -> torch.Tensor:
     if len(heads) != 1:
         raise InputError(f"{where}: the trace holds {len(heads)} head outputs, expected one")
     return heads[0]
-
-
-def _bits(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous().view(torch.int16) if x.element_size() == 2 else x.contiguous().view(torch.int32)
