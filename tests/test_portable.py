@@ -10,6 +10,7 @@ show up in the bytes and in ``int8alibi diff``, so the test can tell the mechani
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,13 @@ from int8alibi.model.synthetic import build_synthetic
 from int8alibi.provenance.audit import diff
 
 ARMS = ["exact-cutlass-order", "exact-triton-order"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _mkl_started_under_the_pins() -> None:
+    """MKL reads MKL_CBWR once, at its first call: make that call under the suite's pins, before a
+    test here changes the variable and asks MKL for its facts."""
+    torch.ones(2, 2) @ torch.ones(2, 2)
 
 
 # ------------------------------------------------------------------ settings and checks
@@ -67,24 +75,200 @@ def test_threads_are_only_pinned_for_forward_stages(monkeypatch: pytest.MonkeyPa
         portable.check_process(forward=True)
 
 
-@pytest.mark.parametrize(("flags", "expected"), [
-    ([], "unknown"),
-    (["sse2", "sse4_2"], "DEFAULT"),
-    (["avx2"], "DEFAULT"),  # torch's AVX2 kernels also need FMA
-    (["avx2", "fma"], "AVX2"),
-    (["avx2", "fma", "avx512f", "avx512vl", "avx512bw"], "AVX2"),  # AVX-512 without DQ
-    (["avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq"], "AVX512"),
+def test_the_pins_are_atens_baseline_and_mkls_compatible_branch() -> None:
+    env: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2"}  # an inherited wrong pin is overwritten
+    portable.apply_to_environ(env)
+    assert env["ATEN_CPU_CAPABILITY"] == "default" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert portable.FORWARD_THREADS == 1
+
+
+def test_check_process_names_an_inherited_wrong_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    with pytest.raises(InputError, match="ATEN_CPU_CAPABILITY is 'avx2', not 'default'"):
+        portable.check_process(forward=False)
+
+
+# ------------------------------------------------------------------ re-executing a stage started by hand
+
+
+class _Exec(Exception):
+    """Raised by the fake execve so the test sees what would have been executed."""
+
+
+def _capture_exec(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], dict[str, str]]]:
+    calls: list[tuple[str, list[str], dict[str, str]]] = []
+
+    def fake_execve(path: str, args: list[str], env: dict[str, str]) -> None:
+        calls.append((path, list(args), dict(env)))
+        raise _Exec
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    return calls
+
+
+@pytest.mark.parametrize("inherited", [{}, {"ATEN_CPU_CAPABILITY": "avx512"}, {"MKL_CBWR": "AUTO"},
+                                       {"ATEN_CPU_CAPABILITY": "default"}])
+def test_a_process_without_the_pins_re_executes_itself_with_them(monkeypatch: pytest.MonkeyPatch,
+                                                                 inherited: dict[str, str]) -> None:
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "INT8ALIBI_PORTABLE_REEXEC", "PORTABLE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in inherited.items():
+        monkeypatch.setenv(name, value)
+    calls = _capture_exec(monkeypatch)
+    with pytest.raises(_Exec):
+        portable.ensure_process("int8alibi.stages.capture", ["--config", "c.yaml", "--out", "o"])
+    (path, args, env), = calls
+    assert path == sys.executable
+    assert args == [sys.executable, "-m", "int8alibi.stages.capture", "--config", "c.yaml", "--out", "o"]
+    assert env["ATEN_CPU_CAPABILITY"] == "default" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["INT8ALIBI_PORTABLE_REEXEC"] == "1"
+    assert env["PATH"] == os.environ["PATH"]  # the rest of the environment is inherited
+
+
+@pytest.mark.parametrize("environ", [
+    {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},                   # already in force
+    {"PORTABLE_CPU": "0"},                                                          # switched off
+    {"ATEN_CPU_CAPABILITY": "avx2", "INT8ALIBI_PORTABLE_REEXEC": "1"},              # once only
 ])
-def test_detected_capability_follows_torchs_rule(flags: list[str], expected: str) -> None:
-    assert portable.detected_capability(flags) == expected
+def test_no_re_execution_when_pinned_switched_off_or_already_re_executed(monkeypatch: pytest.MonkeyPatch,
+                                                                        environ: dict[str, str]) -> None:
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "INT8ALIBI_PORTABLE_REEXEC", "PORTABLE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    calls = _capture_exec(monkeypatch)
+    portable.ensure_process("int8alibi.stages.capture", [])
+    assert calls == []
 
 
-def test_facts_record_what_could_move_bytes() -> None:
+def test_only_zero_switches_the_mechanism_off() -> None:
+    assert portable.enabled({}) and portable.enabled({"PORTABLE_CPU": "1"}) and portable.enabled({"PORTABLE_CPU": ""})
+    assert not portable.enabled({"PORTABLE_CPU": "0"})
+
+
+# ------------------------------------------------------------------ facts, as the libraries see them
+
+HASWELL = {"avx2": True, "fma3": True}  # what torch's probes report under an emulated Haswell
+SKYLAKE_X = {**HASWELL, "avx512_f": True, "avx512_vl": True, "avx512_bw": True, "avx512_dq": True}
+
+
+@pytest.mark.parametrize(("features", "expected"), [
+    ({}, "DEFAULT"),
+    ({"avx2": True}, "DEFAULT"),                         # ATen's AVX2 kernels also need FMA
+    ({"fma3": True}, "DEFAULT"),
+    (HASWELL, "AVX2"),
+    ({**SKYLAKE_X, "avx512_dq": False}, "AVX2"),         # AVX-512 without DQ
+    ({**SKYLAKE_X, "avx512_bw": False}, "AVX2"),
+    ({**SKYLAKE_X, "avx512_vl": False}, "AVX2"),
+    ({**SKYLAKE_X, "fma3": False}, "DEFAULT"),           # no FMA: neither vector capability
+    (SKYLAKE_X, "AVX512"),
+    ("not reported by torch 2.11", "not reported by torch 2.11"),  # no probes: says why, guesses nothing
+])
+def test_detected_capability_follows_atens_rule(features: dict[str, bool] | str, expected: str) -> None:
+    assert portable.detected_capability(features) == expected
+
+
+def _fake_probes(monkeypatch: pytest.MonkeyPatch, found: dict[str, object]) -> None:
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86_64", **found}, raising=False)
+
+
+def test_the_manifest_records_the_librarys_capability_where_proc_cpuinfo_disagrees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/cpuinfo shows AVX-512 (a container or emulator passes the host's through), torch's probes do not."""
+    host_flags = ["avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "fma"]
+    monkeypatch.setattr(portable, "_cpu_info", lambda: ("Host CPU", host_flags))
+    _fake_probes(monkeypatch, {**HASWELL, "sha": True})
+    facts = portable.facts()
+    assert facts["cpu_capability_detected"] == "AVX2"
+    assert facts["cpu_features"]["avx2"] is True and facts["cpu_features"]["avx512_f"] is False
+    assert set(facts["cpu_features"]) == set(portable.TORCH_FEATURES)  # only the probes that act, all of them
+    # The host's view is still there, labelled as such.
+    assert facts["cpu_model"] == "Host CPU"
+    assert facts["cpu_flags_sha256"] == hashlib.sha256(b"avx2 avx512bw avx512dq avx512f avx512vl fma").hexdigest()
+    assert "/proc/cpuinfo" in facts["sources"]["cpu_model"] and "/proc/cpuinfo" in facts["sources"]["cpu_flags_sha256"]
+    # ... and the other way round: the probes, not the host's flags, decide.
+    monkeypatch.setattr(portable, "_cpu_info", lambda: ("Host CPU", ["sse2"]))
+    _fake_probes(monkeypatch, {**SKYLAKE_X, "amx_tile": True})
+    facts = portable.facts()
+    assert facts["cpu_capability_detected"] == "AVX512" and facts["cpu_features"]["amx_tile"] is True
+
+
+def test_without_torchs_probes_the_facts_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch.cpu, "get_capabilities")
+    facts = portable.facts()
+    assert facts["cpu_features"].startswith("not reported by torch") and "get_capabilities" in facts["cpu_features"]
+    assert facts["cpu_capability_detected"] == facts["cpu_features"]
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "arm64", "neon": True}, raising=False)
+    assert portable.torch_cpu_features() == "n/a (arm64 CPU)"
+
+
+@pytest.mark.parametrize(("code", "name"), [
+    (1, "BRANCH_OFF"), (2, "AUTO"), (3, "COMPATIBLE"), (10, "AVX2"), (12, "AVX512"), (14, "AVX512_E1"),
+    (10 | 0x10000, "AVX2,STRICT"), (15, "code 15"), (0, "OFF"),
+])
+def test_mkl_branch_codes_are_named_as_mkl_cbwr_spells_them(code: int, name: str) -> None:
+    assert portable.mkl_branch_name(code) == name
+
+
+def test_mkl_reports_the_branch_in_force_not_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MKL's own report: the suite's MKL started under MKL_CBWR=COMPATIBLE, and a variable changed
+    since (MKL reads it once) is recorded as steering, not as MKL's branch."""
+    mkl = portable.mkl_facts()
+    if isinstance(mkl, str):
+        pytest.skip(f"not applicable: MKL gives no report in this torch build: {mkl}")
+    assert mkl["branch"] == "COMPATIBLE"
+    assert "Math Kernel Library" in mkl["version"]
+    assert mkl["auto_branch"] in portable.MKL_BRANCHES.values()
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    facts = portable.facts()
+    assert facts["mkl"]["branch"] == "COMPATIBLE" and facts["steering"]["MKL_CBWR"] == "AUTO"
+
+
+def test_facts_record_what_could_move_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     facts = portable.facts()
     assert facts["portable"] is True and facts["cpu_capability_effective"] == "DEFAULT"
     assert len(facts["cpu_flags_sha256"]) == 64 and facts["cpu_model"]
-    assert set(portable.STEERING_VARS) == set(facts["steering"])
     assert facts["steering"]["ATEN_CPU_CAPABILITY"] == "default"
+    # Every variable that steers ATen, MKL, oneDNN or the thread pools is recorded, with its value.
+    steering = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_DYNAMIC", "KMP_AFFINITY", "PORTABLE_CPU")
+    for i, name in enumerate(steering):
+        monkeypatch.setenv(name, f"value-{i}")
+    recorded = portable.facts()["steering"]
+    assert {name: recorded.get(name) for name in steering} == {name: f"value-{i}" for i, name in enumerate(steering)}
+    monkeypatch.delenv("MKL_DYNAMIC")
+    assert portable.facts()["steering"]["MKL_DYNAMIC"] == "unset"
+
+
+def test_two_portable_hosts_with_other_probes_still_join() -> None:
+    """Host-only facts (probes, MKL's own pick) may differ between portable artifacts; the effective ones not."""
+    from int8alibi.engines.identity import HOST_FIELDS
+
+    for field in ("cpu.cpu_features.avx512_f", "cpu.cpu_features", "cpu.mkl.auto_branch", "cpu.cpu_model"):
+        assert field.startswith(HOST_FIELDS)
+    for field in ("cpu.mkl.branch", "cpu.cpu_capability_effective", "cpu.mkldnn_enabled", "cpu.intra_op_threads"):
+        assert not field.startswith(HOST_FIELDS)
+
+
+@pytest.mark.slow
+def test_under_an_emulated_haswell_the_facts_say_avx2(tmp_path: Path) -> None:
+    """qemu-user's Haswell model has no AVX-512, while /proc/cpuinfo still shows this host's flags."""
+    import shutil
+
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None or not portable.torch_cpu_features() or portable.facts()["cpu_capability_detected"] != "AVX512":
+        pytest.skip("not applicable: needs qemu-x86_64 (Debian's qemu-user) on an AVX-512 host")
+    script = ("import json; from int8alibi import portable; f = portable.facts(); "
+              "print(json.dumps([f['cpu_capability_detected'], f['mkl'], f['cpu_flags_sha256']]))")
+    env = _env({})
+    done = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    detected, mkl, flags_digest = json.loads(done.stdout.strip().splitlines()[-1])
+    assert detected == "AVX2"
+    if isinstance(mkl, dict):
+        assert mkl["auto_branch"] == "AVX2"
+    assert flags_digest == portable.facts()["cpu_flags_sha256"]  # the host's flags, labelled as such
 
 
 # ------------------------------------------------------------------ the model's float linears
@@ -142,9 +326,8 @@ def test_make_portable_keeps_parameters_and_switches_attention() -> None:
 
 
 def _host_capabilities() -> list[str]:
-    flags = portable._cpu_info()[1]
     order = ["default", "avx2", "avx512"]
-    best = portable.detected_capability(flags).lower()
+    best = portable.detected_capability(portable.torch_cpu_features()).lower()
     return order[: order.index(best) + 1] if best in order else ["default"]
 
 

@@ -109,8 +109,31 @@ STEERING_VARS = ("PORTABLE_CPU", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_
                  "DNNL_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_DYNAMIC", "KMP_AFFINITY")
 
 
+# torch's own CPU probes (cpuinfo: CPUID and the OS's enabled register state) that ATen's dispatch
+# and the AMX/VNNI/bf16 paths act on; recorded as ``cpu_features``.
+TORCH_FEATURES = ("avx2", "fma3", "avx512_f", "avx512_vl", "avx512_bw", "avx512_dq", "avx512_vnni",
+                  "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16")
+# ATen's rule for its capability without a pin (DispatchStub's compute_cpu_capability on x86).
+ATEN_RULE = (("AVX512", ("avx512_vl", "avx512_bw", "avx512_dq", "fma3")), ("AVX2", ("avx2", "fma3")))
+# mkl_cbwr_get's branch codes (mkl_types.h), named as the MKL_CBWR variable spells them.
+MKL_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 5: "SSE3", 6: "SSSE3",
+                7: "SSE4_1", 8: "SSE4_2", 9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512",
+                13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+MKL_CBWR_STRICT = 0x10000
+# Where each fact of ``facts`` comes from, recorded beside them: the host's /proc/cpuinfo is only
+# what the kernel shows this process (a container, VM or emulator may show another CPU's flags).
+FACT_SOURCES = {
+    "cpu_model": "host /proc/cpuinfo (model name)",
+    "cpu_flags_sha256": "host /proc/cpuinfo (flags)",
+    "cpu_features": "torch.cpu.get_capabilities (cpuinfo: CPUID and OS-enabled state)",
+    "cpu_capability_detected": "ATen's dispatch rule on cpu_features (what torch picks without a pin)",
+    "cpu_capability_effective": "torch.backends.cpu.get_cpu_capability",
+    "mkl": "MKL's own reports (version string, mkl_cbwr_get, its auto branch) from torch's library",
+}
+
+
 def _cpu_info() -> tuple[str, list[str]]:
-    """(CPU model name, sorted feature flags) from /proc/cpuinfo; ('unknown', []) where there is none."""
+    """(CPU model name, sorted feature flags) from the host's /proc/cpuinfo; ('unknown', []) where there is none."""
     try:
         text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
     except OSError:
@@ -128,35 +151,93 @@ def _cpu_info() -> tuple[str, list[str]]:
     return model, flags
 
 
-def detected_capability(flags: list[str]) -> str:
-    """The ATen CPU capability torch would pick on these x86 flags without a pin (its own rule)."""
-    have = set(flags)
-    if not have:
-        return "unknown"
-    if {"avx512f", "avx512vl", "avx512bw", "avx512dq", "fma"} <= have:
-        return "AVX512"
-    if {"avx2", "fma"} <= have:
-        return "AVX2"
+def torch_cpu_features() -> dict[str, bool] | str:
+    """torch's own probes of this CPU (``TORCH_FEATURES``), or why there are none (no x86, an older torch)."""
+    import torch
+
+    probe = getattr(torch.cpu, "get_capabilities", None)
+    if probe is None:
+        return f"not reported by torch {torch.__version__} (no torch.cpu.get_capabilities)"
+    found = probe()
+    if found.get("architecture") not in ("x86_64", "x86"):
+        return f"n/a ({found.get('architecture', 'unknown')} CPU)"
+    return {name: bool(found.get(name, False)) for name in TORCH_FEATURES}
+
+
+def detected_capability(features: Mapping[str, bool] | str) -> str:
+    """The ATen capability torch picks on these probed features without a pin (``ATEN_RULE``)."""
+    if isinstance(features, str):
+        return features
+    for capability, needs in ATEN_RULE:
+        if all(features.get(name, False) for name in needs):
+            return capability
     return "DEFAULT"
 
 
+def mkl_branch_name(code: int) -> str:
+    """An ``mkl_cbwr_get`` result as the ``MKL_CBWR`` variable spells it (``,STRICT`` kept; unknown codes named)."""
+    strict = ",STRICT" if code & MKL_CBWR_STRICT else ""
+    branch = code & ~MKL_CBWR_STRICT
+    return MKL_BRANCHES.get(branch, f"code {branch}") + strict
+
+
+def mkl_facts() -> dict[str, str] | str:
+    """MKL's own reports from the copy inside torch: its version, the CBWR branch in force, and the
+    branch it would pick by itself on this CPU (its detected code path); why not, where it has none.
+
+    torch links MKL statically and exports MKL's service entry points under their ``mkl_serv_``
+    names (``mkl_cbwr_get`` is ``mkl_serv_cbwr_get``); they are read through ctypes.
+    """
+    import ctypes
+
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return "absent (torch built without MKL)"
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    try:
+        lib = ctypes.CDLL(os.path.join(lib_dir, "libtorch_cpu.so"))
+        version_string, cbwr_get, auto_branch = (
+            lib.MKL_Get_Version_String, lib.mkl_serv_cbwr_get, lib.mkl_serv_cbwr_get_auto_branch)
+    except (OSError, AttributeError) as exc:
+        return f"not reported by this torch build ({exc})"
+    buffer = ctypes.create_string_buffer(256)
+    version_string.argtypes, version_string.restype = [ctypes.c_char_p, ctypes.c_int], None
+    cbwr_get.argtypes, cbwr_get.restype = [ctypes.c_int], ctypes.c_int
+    auto_branch.argtypes, auto_branch.restype = [], ctypes.c_int
+    version_string(buffer, len(buffer))
+    return {
+        "version": buffer.value.decode("ascii", "replace").strip(),
+        "branch": mkl_branch_name(cbwr_get(1)),  # MKL_CBWR_BRANCH
+        "auto_branch": mkl_branch_name(auto_branch()),
+    }
+
+
 def facts() -> dict[str, Any]:
-    """Every environment fact that could still move CPU bytes, for manifests and identity files."""
+    """Every environment fact that could still move CPU bytes, for manifests and identity files.
+
+    Each CPU fact comes from the library that acts on it (``FACT_SOURCES``); the host's
+    /proc/cpuinfo model name and flags digest are kept beside them, labelled as host facts.
+    """
     import hashlib
     import platform
 
     import torch
 
     model, flags = _cpu_info()
+    features = torch_cpu_features()
     libc, libc_version = platform.libc_ver()
     return {
         "portable": enabled(),
         "cpu_model": model,
         "cpu_flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest(),
-        "cpu_capability_detected": detected_capability(flags) if platform.machine() in ("x86_64", "AMD64") else "n/a",
+        "cpu_features": features,
+        "cpu_capability_detected": detected_capability(features),
         "cpu_capability_effective": torch.backends.cpu.get_cpu_capability(),
+        "mkl": mkl_facts(),
         "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
         "intra_op_threads": torch.get_num_threads(),
         "libc": f"{libc} {libc_version}".strip() or "unknown",
         "steering": {name: os.environ.get(name, "unset") for name in STEERING_VARS},
+        "sources": FACT_SOURCES,
     }

@@ -30,7 +30,8 @@ TREATMENT_FIELDS: dict[str, tuple[str, ...]] = {
 # CPU facts recorded for the reader but allowed to differ when both artifacts were computed under
 # the portable CPU settings, which make bytes independent of them (int8alibi.portable): jobs of
 # one run may land on different cluster hosts.
-HOST_FIELDS = ("cpu.cpu_model", "cpu.cpu_flags_sha256", "cpu.cpu_capability_detected", "cpu.steering.")
+HOST_FIELDS = ("cpu.cpu_model", "cpu.cpu_flags_sha256", "cpu.cpu_features", "cpu.cpu_capability_detected",
+               "cpu.mkl.auto_branch", "cpu.steering.")
 
 
 @dataclass(frozen=True)
