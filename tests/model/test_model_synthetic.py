@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from int8alibi.errors import InputError
-from int8alibi.model.synthetic import build_synthetic, synthetic_config
+from int8alibi.model.seeded_weights import seeded_tensor
+from int8alibi.model.synthetic import (PRESETS, build_synthetic, parameter_shapes, synthetic_config, synthetic_tensor,
+                                      write_synthetic)
 from int8alibi.operands import QWEN3_SHAPES
 
 
@@ -34,18 +36,77 @@ def test_tiny_model_is_bf16_with_float32_rotary_and_kernel_friendly_shapes():
         assert bool(torch.isfinite(model(input_ids=torch.arange(10)[None]).logits).all())
 
 
-def test_qwen3_shapes_preset_matches_the_study_shapes():
-    config = synthetic_config("qwen3-1.7b-shapes", vocab_size=1024)
-    shapes = QWEN3_SHAPES["qwen3-1.7b"]
-    kv = config.num_key_value_heads * config.head_dim
-    expected = {"q_proj": (config.hidden_size, config.num_attention_heads * config.head_dim),
-                "k_proj": (config.hidden_size, kv), "v_proj": (config.hidden_size, kv),
-                "o_proj": (config.num_attention_heads * config.head_dim, config.hidden_size),
-                "gate_proj": (config.hidden_size, config.intermediate_size),
-                "up_proj": (config.hidden_size, config.intermediate_size),
-                "down_proj": (config.intermediate_size, config.hidden_size)}
-    assert config.num_hidden_layers == shapes.blocks
-    assert {proj: (k, n) for _, proj, k, n in shapes.projections} == expected
+# The public config.json of each Qwen3 size (blocks, hidden, MLP, heads, KV heads, head width,
+# vocabulary, tied head, context, rope base) and its parameter count as stated by the model card.
+QWEN3 = {
+    "qwen3-1.7b": dict(num_hidden_layers=28, hidden_size=2048, intermediate_size=6144, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "qwen3-8b": dict(num_hidden_layers=36, hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
+    "qwen3-14b": dict(num_hidden_layers=40, hidden_size=5120, intermediate_size=17408, num_attention_heads=40,
+                      num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
+}
+STATED_BILLIONS = {"qwen3-1.7b": 1.7, "qwen3-8b": 8.2, "qwen3-14b": 14.8}
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3))
+def test_paper_presets_have_qwen3s_published_shapes(name):
+    config = synthetic_config(name)
+    assert {key: getattr(config, key) for key in QWEN3[name]} == QWEN3[name]
+    assert (config.rms_norm_eps, config.max_position_embeddings) == (1e-6, 40960)
+    assert config.rope_parameters["rope_theta"] == 1_000_000.0
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3))
+def test_paper_presets_parameters_match_the_study_shapes_without_allocating(name):
+    shapes = parameter_shapes(synthetic_config(name))  # meta device: no 28 GB allocation
+    spec = QWEN3[name]
+    hidden, vocab = spec["hidden_size"], spec["vocab_size"]
+    q, kv = spec["num_attention_heads"] * spec["head_dim"], spec["num_key_value_heads"] * spec["head_dim"]
+    expected_linears = {"q_proj": (q, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden),
+                        "o_proj": (hidden, q), "gate_proj": (spec["intermediate_size"], hidden),
+                        "up_proj": (spec["intermediate_size"], hidden),
+                        "down_proj": (hidden, spec["intermediate_size"])}
+    study = QWEN3_SHAPES[name]
+    assert study.blocks == spec["num_hidden_layers"]
+    for layer, _block, proj, k, n in study.layers():
+        assert shapes[f"{layer}.weight"] == (n, k) == expected_linears[proj]
+    assert shapes["model.embed_tokens.weight"] == (vocab, hidden)
+    assert ("lm_head.weight" in shapes) == (not spec["tie_word_embeddings"])
+    assert shapes["model.layers.0.self_attn.q_norm.weight"] == (spec["head_dim"],)
+    total = sum(torch.Size(s).numel() for s in shapes.values())
+    assert round(total / 1e9, 1) == STATED_BILLIONS[name]
+
+
+def test_paper_preset_weights_come_from_the_counter_hash(monkeypatch):
+    """A paper preset's parameter is seeded_tensor(name) with std 0.02 (norms: offset 1): checked on
+    one matrix and one norm of the real 1.7B shapes, without building the model."""
+    spec = PRESETS["qwen3-1.7b"]
+    shape = (1024, 2048)  # k_proj
+    name = "model.layers.3.self_attn.k_proj.weight"
+    w = synthetic_tensor(spec, 7, name, shape, threads=2)
+    assert torch.equal(w.view(torch.int16), seeded_tensor(shape, 7, name, 0.02, threads=1).view(torch.int16))
+    norm = synthetic_tensor(spec, 7, "model.norm.weight", (2048,))
+    assert torch.equal(norm, seeded_tensor((2048,), 7, "model.norm.weight", 0.02, 1.0))
+    values = w.float()
+    assert abs(values.std().item() - 0.02) < 2e-4 and abs(values.mean().item()) < 2e-4
+    signed_absmax = values.gather(1, values.abs().argmax(1, keepdim=True))
+    negative = (signed_absmax < 0).float().mean().item()
+    assert 0.4 < negative < 0.6  # rows whose absmax is negative, as in a real model
+
+
+def test_written_folder_loads_as_the_built_model(tmp_path):
+    """write_synthetic's sharded folder is a valid HF parent holding build_synthetic's tensors."""
+    from int8alibi.model.sources import load_hf_dir, tensors_digest
+
+    folder = write_synthetic("tiny", 2, tmp_path / "parent", shard_bytes=300_000)
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    assert len(shards) > 2 and (folder / "model.safetensors.index.json").is_file()
+    model, tokenizer = load_hf_dir(folder)
+    assert tensors_digest(model) == tensors_digest(build_synthetic("tiny", 2))
+    assert len(tokenizer) == model.config.vocab_size == 49152
+    with pytest.raises(InputError, match="already exists"):
+        write_synthetic("tiny", 2, folder)
 
 
 def test_unknown_preset_or_bad_arguments_are_refused():

