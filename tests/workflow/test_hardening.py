@@ -218,3 +218,28 @@ def test_a_dry_run_during_a_run_does_not_change_what_its_jobs_read(run_with_a_sp
     clean = run_with_a_space / "results" / "faults_smoke"
     assert parquet_digests(repo / "results" / "faults_smoke") == parquet_digests(clean)
     assert len(list(repo.glob("results/.run/*/config.yaml"))) == 1  # the dry run wrote none
+
+
+def tree_digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_under_snakemake_leaves_the_previous_outputs_as_they_were(run_with_a_space: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Declared outputs are `update()` (Snakemake keeps a copy and puts it back when the job fails) and
+    the stage itself runs as a transaction on its folder, so the parent folder beside them stays too."""
+    repo = run_with_a_space
+    bad = tmp_path / "bad-parent"
+    bad.mkdir()
+    (bad / "config.json").write_text("{")
+    (repo / "config" / "bad.yaml").write_text(
+        TINY_CONFIG.replace("  source: synthetic\n  synthetic: {preset: tiny, seed: 0}",
+                            f"  source: hf\n  parent: {bad}"))
+    before = tree_digests(repo / "results" / "model")
+    done = smk(repo, "results/model/manifest.json", "--cores", "1", "--configfile", "config/bad.yaml")
+    assert done.returncode != 0 and "Restored previous version" in done.stdout + done.stderr
+    assert "not readable JSON" in (repo / "logs" / "model.log").read_text()
+    assert tree_digests(repo / "results" / "model") == before
+    assert not [p for p in (repo / "results").iterdir() if p.name.endswith(".previous")]

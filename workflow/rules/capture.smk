@@ -5,8 +5,8 @@ checkpoint capture:
     # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
     # directory outputs (Snakemake would add a timestamp file to them).
     output:
-        index=f"{RESULTS}/capture/index.parquet",
-        manifest=f"{RESULTS}/capture/manifest.json",
+        index=update(f"{RESULTS}/capture/index.parquet"),
+        manifest=update(f"{RESULTS}/capture/manifest.json"),
     params:
         code=code_digest("capture"),
         cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),

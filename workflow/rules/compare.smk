@@ -4,9 +4,9 @@ rule compare:
         predictions=rules.prediction.output.predictions,
         protocol=protocol_files("compare"),
     output:
-        layers=f"{RESULTS}/compare/layers.parquet",
-        summary=f"{RESULTS}/compare/summary.parquet",
-        manifest=f"{RESULTS}/compare/manifest.json",
+        layers=update(f"{RESULTS}/compare/layers.parquet"),
+        summary=update(f"{RESULTS}/compare/summary.parquet"),
+        manifest=update(f"{RESULTS}/compare/manifest.json"),
     params:
         code=code_digest("compare"),
         cfg=config_digest(RUN, ["arms", "device", "exploratory"]),

@@ -9,10 +9,10 @@ rule crossmodel:
         reports=[f"{run}/report/manifest.json" for run in config.get("crossmodel", [])],
         protocol=protocol_files("crossmodel"),
     output:
-        table=f"{RESULTS}/crossmodel/models.parquet",
-        md=f"{RESULTS}/crossmodel/models.md",
-        html=f"{RESULTS}/crossmodel/models.html",
-        manifest=f"{RESULTS}/crossmodel/manifest.json",
+        table=update(f"{RESULTS}/crossmodel/models.parquet"),
+        md=update(f"{RESULTS}/crossmodel/models.md"),
+        html=update(f"{RESULTS}/crossmodel/models.html"),
+        manifest=update(f"{RESULTS}/crossmodel/manifest.json"),
     params:
         code=code_digest("crossmodel"),
         runs=",".join(config.get("crossmodel", [])),

@@ -7,8 +7,8 @@ rule generate:
         gate=rules.requant.output.gate,
         protocol=protocol_files("determinism"),
     output:
-        tokens=f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet",
-        identity=f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.identity.json",
+        tokens=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet"),
+        identity=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.identity.json"),
     wildcard_constraints:
         checkpoint="|".join(CHECKPOINTS_GENERATED),
         run="[12]",
@@ -48,10 +48,10 @@ rule determinism:
         ),
         protocol=protocol_files("determinism"),
     output:
-        generations=f"{RESULTS}/determinism/generations.parquet",
-        agreement=f"{RESULTS}/determinism/agreement.parquet",
-        summary=f"{RESULTS}/determinism/summary.parquet",
-        manifest=f"{RESULTS}/determinism/manifest.json",
+        generations=update(f"{RESULTS}/determinism/generations.parquet"),
+        agreement=update(f"{RESULTS}/determinism/agreement.parquet"),
+        summary=update(f"{RESULTS}/determinism/summary.parquet"),
+        manifest=update(f"{RESULTS}/determinism/manifest.json"),
     params:
         code=code_digest("determinism"),
         cfg=config_digest(RUN, ["arms", "exploratory"]),

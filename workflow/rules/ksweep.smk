@@ -2,12 +2,12 @@ rule ksweep:
     input:
         protocol=protocol_files("ksweep"),
     output:
-        counts=f"{RESULTS}/ksweep/counts.parquet",
-        ulp=f"{RESULTS}/ksweep/ulp.parquet",
-        fits=f"{RESULTS}/ksweep/fits.parquet",
-        summary=f"{RESULTS}/ksweep/summary.parquet",
-        evidence=f"{RESULTS}/ksweep/evidence.parquet",
-        manifest=f"{RESULTS}/ksweep/manifest.json",
+        counts=update(f"{RESULTS}/ksweep/counts.parquet"),
+        ulp=update(f"{RESULTS}/ksweep/ulp.parquet"),
+        fits=update(f"{RESULTS}/ksweep/fits.parquet"),
+        summary=update(f"{RESULTS}/ksweep/summary.parquet"),
+        evidence=update(f"{RESULTS}/ksweep/evidence.parquet"),
+        manifest=update(f"{RESULTS}/ksweep/manifest.json"),
     params:
         code=code_digest("ksweep"),
         env=ENVIRONMENT,

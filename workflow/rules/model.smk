@@ -4,8 +4,8 @@ rule model:
     # file in it, and readers refuse a folder that differs. The source files are a content digest
     # param, not inputs: their timestamps change when a venv is rebuilt or a checkout copied.
     output:
-        info=f"{RESULTS}/model/parent.parquet",
-        manifest=f"{RESULTS}/model/manifest.json",
+        info=update(f"{RESULTS}/model/parent.parquet"),
+        manifest=update(f"{RESULTS}/model/manifest.json"),
     params:
         code=code_digest("model"),
         cfg=config_digest(RUN, ["model"]),

@@ -4,9 +4,9 @@ rule perplexity:
         parent=rules.model.output.info,
         protocol=protocol_files("perplexity"),
     output:
-        windows=f"{RESULTS}/perplexity/windows.parquet",
-        summary=f"{RESULTS}/perplexity/summary.parquet",
-        manifest=f"{RESULTS}/perplexity/manifest.json",
+        windows=update(f"{RESULTS}/perplexity/windows.parquet"),
+        summary=update(f"{RESULTS}/perplexity/summary.parquet"),
+        manifest=update(f"{RESULTS}/perplexity/manifest.json"),
     params:
         code=code_digest("perplexity"),
         cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),

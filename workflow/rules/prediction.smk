@@ -3,8 +3,8 @@ rule prediction:
         index=rules.capture.output.index,
         protocol=protocol_files("prediction"),
     output:
-        predictions=f"{RESULTS}/prediction/predictions.parquet",
-        manifest=f"{RESULTS}/prediction/manifest.json",
+        predictions=update(f"{RESULTS}/prediction/predictions.parquet"),
+        manifest=update(f"{RESULTS}/prediction/manifest.json"),
     params:
         code=code_digest("prediction"),
         cfg=config_digest(RUN, ["device"]),

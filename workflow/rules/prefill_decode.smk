@@ -4,9 +4,9 @@ rule prefill_decode:
         gate=rules.requant.output.gate,
         protocol=protocol_files("prefill_decode"),
     output:
-        prefill_decode=f"{RESULTS}/prefill_decode/prefill_decode.parquet",
-        first_divergence=f"{RESULTS}/prefill_decode/first_divergence.parquet",
-        manifest=f"{RESULTS}/prefill_decode/manifest.json",
+        prefill_decode=update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),
+        first_divergence=update(f"{RESULTS}/prefill_decode/first_divergence.parquet"),
+        manifest=update(f"{RESULTS}/prefill_decode/manifest.json"),
     params:
         code=code_digest("prefill_decode"),
         cfg=config_digest(RUN, ["model", "size_profile", "device", "arms"]),

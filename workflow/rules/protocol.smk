@@ -4,8 +4,8 @@ rule protocol:
         # every amendment: one that only pins data still changes the pins table
         amendments=sorted(f"amendments/{p.name}" for p in (ROOT / "amendments").glob("A-*.yaml")),
     output:
-        pins=f"{RESULTS}/protocol/pins.parquet",
-        manifest=f"{RESULTS}/protocol/manifest.json",
+        pins=update(f"{RESULTS}/protocol/pins.parquet"),
+        manifest=update(f"{RESULTS}/protocol/manifest.json"),
     params:
         code=code_digest("protocol"),
         env=ENVIRONMENT,

@@ -10,7 +10,7 @@ rule reference_checkpoint:
     input:
         parent=rules.model.output.info,
     output:
-        manifest=f"{RESULTS}/reference/manifest.json",
+        manifest=update(f"{RESULTS}/reference/manifest.json"),
     params:
         code=code_digest("reference"),
         cfg=config_digest(RUN, ["model"]),

@@ -3,9 +3,9 @@ rule report:
         manifests=REPORT_INPUTS,
         protocol=protocol_files("report"),
     output:
-        md=f"{RESULTS}/report/report.md",
-        html=f"{RESULTS}/report/report.html",
-        manifest=f"{RESULTS}/report/manifest.json",
+        md=update(f"{RESULTS}/report/report.md"),
+        html=update(f"{RESULTS}/report/report.html"),
+        manifest=update(f"{RESULTS}/report/manifest.json"),
     params:
         code=code_digest("report"),
         cfg=config_digest(RUN, ["model", "size_profile", "arms", "device"]),

@@ -8,8 +8,8 @@ rule requant:
     # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
     # directory outputs (Snakemake would add a timestamp file to them).
     output:
-        gate=f"{RESULTS}/requant/gate.parquet",
-        manifest=f"{RESULTS}/requant/manifest.json",
+        gate=update(f"{RESULTS}/requant/gate.parquet"),
+        manifest=update(f"{RESULTS}/requant/manifest.json"),
     params:
         code=code_digest("requant"),
         cfg=config_digest(RUN, ["model"]),

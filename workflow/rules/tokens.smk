@@ -4,11 +4,11 @@ rule tokens:
         parent=rules.model.output.info,
         protocol=protocol_files("tokens"),
     output:
-        positions=f"{RESULTS}/tokens/positions.parquet",
-        pairs=f"{RESULTS}/tokens/pairs.parquet",
-        predictor=f"{RESULTS}/tokens/predictor.parquet",
-        check7=f"{RESULTS}/tokens/check7.parquet",
-        manifest=f"{RESULTS}/tokens/manifest.json",
+        positions=update(f"{RESULTS}/tokens/positions.parquet"),
+        pairs=update(f"{RESULTS}/tokens/pairs.parquet"),
+        predictor=update(f"{RESULTS}/tokens/predictor.parquet"),
+        check7=update(f"{RESULTS}/tokens/check7.parquet"),
+        manifest=update(f"{RESULTS}/tokens/manifest.json"),
     params:
         code=code_digest("tokens"),
         cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),

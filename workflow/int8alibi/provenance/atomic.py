@@ -24,13 +24,14 @@ _OWNED = re.compile(r"^\..*\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>\d+)\.[A-Za-z0-9_]
 _TEMP = re.compile(r"^\..+\.tmp$")
 
 
-def _host() -> str:
+def host_tag() -> str:
+    """This host's name as it appears in temporaries' names."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())
 
 
 def temp_prefix(name: str) -> str:
     """The prefix of a temporary beside ``name``: hidden, and naming this host and process."""
-    return f".{name}.{_host()}-{os.getpid()}."
+    return f".{name}.{host_tag()}-{os.getpid()}."
 
 
 def temp_dir(parent: str | os.PathLike[str], name: str) -> Path:
@@ -83,7 +84,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             raise
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -103,7 +105,7 @@ def sweep_stale(folder: str | os.PathLike[str]) -> list[str]:
     """Remove the temporaries in ``folder`` (recursively) that a dead process of this host left; return
     one line per temporary found: removed, or left in place with the reason (another host, a live
     process, or no owner in its name)."""
-    folder, here, lines = Path(folder), _host(), []
+    folder, here, lines = Path(folder), host_tag(), []
     if not folder.is_dir():
         return lines
     found = [p for p in folder.rglob(".*.tmp") if _TEMP.match(p.name)]
@@ -111,7 +113,7 @@ def sweep_stale(folder: str | os.PathLike[str]) -> list[str]:
         if not path.exists() and not path.is_symlink():  # inside a temporary removed just before
             continue
         size, owner = _size(path), _OWNED.match(path.name)
-        if owner is not None and owner["host"] == here and not _alive(int(owner["pid"])):
+        if owner is not None and owner["host"] == here and not process_alive(int(owner["pid"])):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:

@@ -41,7 +41,8 @@ from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA,
                        REVERTED, SCORECARD_KEY, SCORECARD_SCHEMA, TOTALS_KEY, TOTALS_SCHEMA, ULP_KEY, ULP_SCHEMA,
                        Definition, cells_table, definition_scores, detection, flips, reverted_matrix, score,
                        scorecard, totals, ulp_distribution)
-from . import stage_main
+from ..printable import printable
+from . import guarded, stage_main
 
 log = logging.getLogger("int8alibi.faults")
 
@@ -184,12 +185,11 @@ def _gather_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        gather(load_config(args.config, args.set), args.out, args.shard)
+        cfg = load_config(args.config, args.set)
     except Int8AlibiError as exc:
-        print(f"int8alibi: faults gather failed: {exc}", file=sys.stderr)
+        print(printable(f"int8alibi: stage faults gather failed: {exc}"), file=sys.stderr)
         return 1
-    return 0
+    return guarded("faults gather", args.out, list(args.shard), lambda: gather(cfg, args.out, args.shard))
 
 
 def main(argv: list[str] | None = None) -> int:
