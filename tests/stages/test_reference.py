@@ -159,3 +159,41 @@ def test_committed_checkpoint_and_tool_reference_together_are_refused(tmp_path: 
     with pytest.raises(InputError, match="committed checkpoint"):
         requant.run(Config(data=data, path=tmp_path / "config.yaml"), tmp_path / "requant",
                     parent=FIXTURE / "parent", reference=tmp_path / "reference" / "manifest.json")
+
+
+def test_accelerators_are_hidden_before_the_tool_looks(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: False)
+    reference.hide_accelerators()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_an_accelerator_still_visible_after_hiding_stops_the_stage(monkeypatch):
+    """CUDA initialised earlier in the process keeps its devices: the stage refuses instead of letting
+    the tool quantize there (dividing in float32)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: True)
+    with pytest.raises(InputError, match="accelerator is still visible"):
+        reference.hide_accelerators()
+
+
+@needs_tool
+def test_manifest_records_the_pinned_cpu_path_the_tool_reports(made):
+    compute = json.loads((made["runs"]["portable-1"] / "manifest.json").read_text())["extra"]["tool"]["compute"]
+    assert compute["device"] == "cpu" and compute["tool_device"] == "cpu"
+    assert compute["cuda_visible_devices"] == "" and compute["division"].startswith("bf16")
+
+
+@needs_tool
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device visible to torch")
+def test_bytes_unchanged_when_a_cuda_device_is_visible(made, tmp_path: Path):
+    """On a GPU host: the reference made with the GPU visible to the process equals the one made
+    with it hidden from the start (the stage hides it from the tool itself)."""
+    base = {k: v for k, v in os.environ.items() if k not in portable.STEERING_VARS}
+    visible, hidden = tmp_path / "visible" / "reference", tmp_path / "hidden" / "reference"
+    for out, cuda in ((visible, "0"), (hidden, "")):
+        done = _reference(made["config"], out, made["parent"], {**base, "CUDA_VISIBLE_DEVICES": cuda})
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert tree_hashes(visible / "checkpoint") == tree_hashes(hidden / "checkpoint")
+    assert tree_hashes(visible / "checkpoint") == tree_hashes(made["runs"]["portable-1"] / "checkpoint")

@@ -10,14 +10,22 @@ nothing here imports the tool until ``quantize`` runs.
 
 Output: ``<out>/checkpoint/`` with every file the tool wrote (config.json with its
 ``quantization_config``, the safetensors, generation_config.json, recipe.yaml), byte for byte, and
-a manifest recording the tool, its versions and the recipe. The bytes are deterministic: the
-tool's data-free path is element-wise arithmetic (absmax, one division per element), computed
-under the portable CPU settings like every stage, so reruns and thread counts give the same files.
+a manifest recording the tool, its versions, the recipe and the device the tool computed on. The
+bytes are deterministic: the tool's data-free path is element-wise arithmetic (absmax, one
+division per element), computed under the portable CPU settings like every stage, so reruns and
+thread counts give the same files.
+
+The pinned rule is the tool's CPU path, where the quantizing division is torch's bf16 division.
+Wherever an accelerator is visible the tool moves every layer there and divides in float32, which
+changes about one int8 weight in fifteen: so this stage hides every CUDA device from the process
+before the tool is imported (``hide_accelerators``), on any host, and records the device the tool
+itself reports having chosen.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from importlib import metadata
 from pathlib import Path
@@ -80,17 +88,51 @@ def verified_parent_dir(parent_table: Path) -> Path:
     return folder
 
 
-def quantize(parent_dir: Path, out: Path) -> None:
-    """The thin runner: llm-compressor loads, quantizes (data-free W8A8) and saves the parent into ``out``."""
+# The tool's pinned path: its CPU computation, where torch divides bf16 by bf16 in bf16.
+PINNED_COMPUTE = {"device": "cpu", "division": "bf16 (torch's CPU bf16 division)"}
+
+
+def hide_accelerators() -> None:
+    """Make every CUDA device invisible to this process before the tool can look for one.
+
+    CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, so this works only if nothing in the
+    process has touched CUDA yet; if torch still reports an accelerator afterwards, the reference
+    would be made on the wrong path, and that is an error rather than a silent difference."""
+    import torch
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if torch.accelerator.is_available():
+        raise InputError("reference: an accelerator is still visible to torch after CUDA_VISIBLE_DEVICES was "
+                         "cleared (CUDA was initialised earlier in this process); llm-compressor would quantize "
+                         "on it, dividing in float32, not on the pinned CPU path")
+
+
+def tool_device() -> str:
+    """The device llm-compressor itself reports it computes on (its own choice, read back)."""
+    from llmcompressor.utils.dev import get_main_device
+
+    return str(get_main_device())
+
+
+def quantize(parent_dir: Path, out: Path) -> dict[str, str]:
+    """The thin runner: llm-compressor loads, quantizes (data-free W8A8) and saves the parent into ``out``.
+
+    Returns how it computed (device, division), after checking that is the pinned path."""
+    hide_accelerators()
     import torch
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from transformers import AutoModelForCausalLM
 
+    device = tool_device()
+    if device != PINNED_COMPUTE["device"]:
+        raise InputError(f"reference: llm-compressor chose device {device!r}, not the pinned "
+                         f"{PINNED_COMPUTE['device']!r} path")
     model = AutoModelForCausalLM.from_pretrained(parent_dir, dtype=torch.bfloat16)
     recipe = QuantizationModifier(targets=RECIPE["targets"], scheme=RECIPE["scheme"], ignore=RECIPE["ignore"])
     oneshot(model=model, recipe=recipe)
     model.save_pretrained(out, save_compressed=RECIPE["save_compressed"])
+    return {**PINNED_COMPUTE, "tool_device": device, "cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"]}
 
 
 def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path = Path("preregistration")) -> None:
@@ -106,14 +148,15 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path =
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = temp_dir(out_dir, CHECKPOINT_DIR)
     try:
-        quantize(folder, staging)
+        compute = quantize(folder, staging)
         for f in staging.iterdir():
             f.chmod(0o644)
         staging.chmod(0o755)
         staging.rename(target)
         write_manifest(out_dir, stage="reference", outputs={"checkpoint": target}, inputs={"parent": parent_table},
                        params={"tool": TOOL, "recipe": RECIPE}, protocol_root=protocol,
-                       extra={"tool": {"name": TOOL, "versions": versions, "describe": describe(versions)}})
+                       extra={"tool": {"name": TOOL, "versions": versions, "describe": describe(versions),
+                                      "compute": compute}})
     except BaseException:
         for path in (staging, target):
             shutil.rmtree(path, ignore_errors=True)

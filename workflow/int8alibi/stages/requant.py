@@ -228,6 +228,9 @@ def verify_committed(parent: _Parent, committed: Checkpoint, division: str) -> N
         alt_some = sum(m.other_division_matches for m in mismatches)
         note = (f"dividing in {other_division} would have matched every differing layer"
                 if alt_all else f"dividing in {other_division} would have matched {alt_some} of them")
+        if alt_all and other_division == "float32":
+            note += (": the reference was made on a path that divides in float32 (llm-compressor does wherever "
+                     "an accelerator is visible to it), not on the pinned bf16 path")
         raise GateError(
             f"requant gate failed: {len(mismatches)} of {len(parent.layers)} layers of {committed.path} differ "
             f"from the rebuild under the pinned division {division!r}: {first}. {note}; the stage fails "
