@@ -35,3 +35,26 @@ def test_a_run_folder_without_a_run_config_is_refused_by_name(tmp_path: Path) ->
     (run / "report" / "manifest.json").write_text("{}")
     with pytest.raises(InputError, match=r"qwen3-8b: not a finished run \(.run/current is missing\)"):
         check_run(run)
+
+
+def test_a_run_whose_table_was_edited_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
+    """crossmodel verifies each run folder (as ``int8alibi verify`` does) before reading a table."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from int8alibi.crossmodel import verified_root
+    from int8alibi.provenance.manifest import write_manifest
+    from int8alibi.provenance.parquet import write_table
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    run = tmp_path / "qwen3-8b"
+    (run / "report").mkdir(parents=True)
+    table = write_table(pd.DataFrame({"value": [1.5]}), run / "report" / "t.parquet",
+                        pa.schema([("value", pa.float64())]), ["value"])
+    write_manifest(run / "report", stage="report", outputs=[table], inputs=[], params={},
+                   protocol_root=root / "preregistration")
+    assert len(verified_root(run)) == 64
+    write_table(pd.DataFrame({"value": [9.5]}), table, pa.schema([("value", pa.float64())]), ["value"])
+    with pytest.raises(InputError, match=r"qwen3-8b: does not verify: .*t\.parquet.*sha256 changed"):
+        verified_root(run)

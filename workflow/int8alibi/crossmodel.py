@@ -3,7 +3,8 @@
 Each run is a results folder written by one config (``--config results=results/<name>``). Every
 claim of preregistration/paper.yaml is measured in every run with the same code the report uses
 (``report.claims``), so the one table shows each model's value beside the paper's and the others'.
-A run folder that does not verify as a finished run (no report manifest) is refused, naming it.
+A run folder that is not a finished run (no report manifest) or does not verify (``int8alibi verify``)
+is refused, naming it; the manifest records each run's root digest.
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def check_run(folder: Path) -> Path:
     return config
 
 
+def verified_root(folder: Path) -> str:
+    """The run folder's root digest, after ``provenance.audit.verify`` found nothing wrong in it (every
+    output re-hashed, every manifest and chain link checked): a value edited in one run's table stops
+    the view instead of flowing into it."""
+    from .provenance.audit import ERROR, find_manifests, verify
+    from .provenance.chain import root_digest
+
+    problems = [f for f in verify(folder) if f.level == ERROR]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{folder}: does not verify: {problems[0].text()}{more}; run int8alibi verify {folder}")
+    return root_digest(find_manifests(folder), folder)
+
+
 def _label(folder: Path) -> str:
     return folder.name
 
@@ -65,7 +80,9 @@ def gather(runs: Sequence[Path], protocol: Any) -> pd.DataFrame:
         raise InputError(f"cross-model view: run folder names must differ, got {labels}")
     records = []
     for folder in map(Path, runs):
-        cfg = load_config(check_run(folder))
+        config = check_run(folder)
+        verified_root(folder)
+        cfg = load_config(config)
         tables = Tables(folder)
         model = run_model(cfg)
         for claim in protocol.paper["claims"]:

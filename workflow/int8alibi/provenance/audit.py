@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
-from .chain import check_record, root_digest, upstream_links
+from .chain import check_record, missing_links, root_digest, upstream_links
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
 from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
                        resolve_recorded)
@@ -115,6 +115,27 @@ def _stray(path: Path, located: Mapping[str, list[tuple[dict[str, Any], Path]]])
                 reasons.append(f"{file.relative_to(folder)}: undeclared file in the stage folder (the manifest "
                                "lists it neither as an output nor as an input)")
     return reasons
+
+
+def links_outside_stage_folders(base: Path) -> list[Finding]:
+    """Symbolic links in the results folder outside any stage folder (inside one, ``_stray`` reports
+    them): a stage folder replaced by a link to a copy elsewhere would otherwise go unverified, since
+    manifests are found without following links."""
+    if base.is_symlink():
+        return [Finding(ERROR, base.as_posix(), "results", f"a symbolic link (to {os.readlink(base)}); "
+                        "verify the folder it points to, not the link")]
+    if not base.is_dir() or (base / MANIFEST_NAME).exists():
+        return []
+    out = []
+    for dirpath, dirs, files in os.walk(base):
+        here = Path(dirpath)
+        for name in sorted(dirs + files):
+            if (here / name).is_symlink():
+                out.append(Finding(ERROR, (here / name).as_posix(), "results folder",
+                                   f"a symbolic link (to {os.readlink(here / name)}): a stage folder or file "
+                                   "replaced by a link is not part of the run; a run holds plain folders and files"))
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink() and not (here / d / MANIFEST_NAME).exists())
+    return out
 
 
 @dataclass(frozen=True)
@@ -217,6 +238,7 @@ def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path
                 out.append(Finding(ERROR, where, f"{role[:-1]} {rec['path']}", reason))
     out.extend(Finding(ERROR, where, "stage folder", reason) for reason in _stray(path, located))
     out.extend(Finding(ERROR, where, "upstream", reason) for reason in upstream_links(path, manifest))
+    out.extend(Finding(ERROR, where, "upstream", reason) for reason in missing_links(path, manifest, located["inputs"]))
     out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state))
     return out
 
@@ -233,9 +255,9 @@ def verify(results_dir: str | Path, project_root: str | Path | None = None) -> l
     if not base.exists():
         return [Finding(ERROR, str(base), "results", "does not exist")]
     manifests = find_manifests(base)
+    findings: list[Finding] = links_outside_stage_folders(base)
     if not manifests:
-        return [Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
-    findings: list[Finding] = []
+        return [*findings, Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
     states: dict[Path, _ProtocolState] = {}
     for path in manifests:
         try:

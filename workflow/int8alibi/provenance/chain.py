@@ -19,6 +19,15 @@ from .manifest import MANIFEST_NAME, load_manifest, manifest_digest, resolve_rec
 
 PROJECT_MARKER = "preregistration"  # a folder holding it is a project root: the search stops there
 
+# Stages the pipeline always feeds from another stage of the same run: where that stage's folder is
+# present beside them, their manifest must record it upstream (an emptied ``upstream`` list whose
+# digest was recomputed is refused even when the inputs were stripped too).
+REQUIRED_UPSTREAM: Mapping[str, tuple[str, ...]] = {
+    "reference": ("model",), "requant": ("model",), "capture": ("requant",), "prediction": ("capture",),
+    "compare": ("capture", "prediction"), "perplexity": ("requant",), "prefill_decode": ("requant",),
+    "tokens": ("model", "requant"),
+}
+
 
 def _abs(path: str | os.PathLike[str]) -> Path:
     """Absolute and normalised, symlinks kept (a symlink must be seen, not followed)."""
@@ -112,6 +121,28 @@ def upstream_links(manifest_path: Path, manifest: Mapping[str, Any]) -> list[str
             reasons.append(f"chain broken: upstream manifest {where} has digest {now}, but this manifest "
                            f"recorded {link.get('digest')} (the upstream stage was rerun or its manifest "
                            f"rewritten after this stage read it)")
+    return reasons
+
+
+def missing_links(manifest_path: Path, manifest: Mapping[str, Any],
+                  inputs: Iterable[tuple[Mapping[str, Any], Path]]) -> list[str]:
+    """Upstream links the manifest should hold and does not: one per stage folder an input lies in, and
+    one per ``REQUIRED_UPSTREAM`` stage whose folder lies beside this stage's."""
+    here = _abs(manifest_path)
+    linked = {_abs(resolve_recorded(link["manifest"], manifest_path, manifest["stage_dir"]))
+              for link in manifest.get("upstream", []) if isinstance(link, Mapping)
+              and isinstance(link.get("manifest"), str)}
+    reasons = []
+    for rec, where in inputs:
+        upstream = stage_manifest_of(where, here.parent)
+        if upstream is not None and upstream.exists() and _abs(upstream) not in linked:
+            reasons.append(f"input {rec['path']} lies in the folder of the stage whose manifest is {upstream}, "
+                           "but no upstream link records that manifest (the link was removed)")
+    for stage in REQUIRED_UPSTREAM.get(str(manifest["stage"]), ()):
+        beside = here.parent.parent / stage / MANIFEST_NAME
+        if beside.is_file() and _abs(beside) not in linked:
+            reasons.append(f"stage {manifest['stage']!r} always reads stage {stage!r}'s outputs and {beside} is "
+                           "present, but no upstream link records it (the link was removed)")
     return reasons
 
 

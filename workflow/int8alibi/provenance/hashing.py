@@ -11,9 +11,10 @@ import ast
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import InputError
 
@@ -27,15 +28,32 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def open_regular(path: str | os.PathLike[str], error: type[Exception] = InputError, doing: str = "read") -> BinaryIO:
+    """Open a regular file for reading. Anything else (a FIFO, a device, a folder) is ``error`` naming
+    it, found without blocking: a FIFO opened plainly would wait forever for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise error(f"{path}: cannot be {doing} ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device")
+        raise error(f"{path}: not a regular file ({kind})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex SHA-256 of a file's bytes, read in 1 MiB chunks (checkpoints are gigabytes)."""
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
+    with open_regular(path, doing="hashed") as handle:
+        try:
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be hashed ({exc.strerror or exc})") from exc
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be hashed ({exc.strerror or exc})") from exc
     return digest.hexdigest()
 
 

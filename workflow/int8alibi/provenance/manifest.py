@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from ..errors import InputError, ManifestError
 from . import environment
 from .atomic import write_bytes
-from .hashing import (canonical_json, listing_digest, package_digest, sha256_bytes, sha256_file,
+from .hashing import (canonical_json, listing_digest, open_regular, package_digest, sha256_bytes, sha256_file,
                       stage_code_digest, tree_hashes)
 from .parquet import content_digest, read_arrow, schema_digest
 
@@ -31,6 +32,11 @@ REQUIRED_KEYS = ("format", "stage", "stage_dir", "outputs", "inputs", "params", 
                  "environment", "arms", "exploratory", "extra", "upstream", "digest")
 
 PathLike = str | os.PathLike[str]
+
+# The config file the running stage read (``stage_main`` sets it): recorded as an input of its manifest,
+# so a run config edited after the run (its ``resolved`` block: host, arms) no longer verifies.
+RUN_CONFIG: ContextVar[Path | None] = ContextVar("run_config", default=None)
+RUN_CONFIG_INPUT = "run config"
 
 
 def record_path(path: PathLike, project_root: Path) -> str:
@@ -137,6 +143,9 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
             raise ManifestError(f"{manifest_path}: arms[{i}] must be a mapping of evidence, "
                                 f"got {type(arm).__name__}")
     inputs = dict(inputs) if isinstance(inputs, Mapping) else list(inputs)
+    run_config = RUN_CONFIG.get()
+    if run_config is not None:  # the config the stage read (its resolved block too) is an input like any other
+        inputs = ({**inputs, RUN_CONFIG_INPUT: run_config} if isinstance(inputs, dict) else [*inputs, run_config])
     input_records = _records(inputs, root, tables=False, role="input", manifest_path=manifest_path)
     by_path = {r["path"]: r for r in input_records}
     input_paths = inputs.values() if isinstance(inputs, Mapping) else inputs
@@ -171,7 +180,8 @@ def load_manifest(path: PathLike) -> dict[str, Any]:
     """Parse a manifest; a file that is not one (bad JSON, wrong format, missing keys) names itself."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        with open_regular(p, ManifestError) as handle:
+            data = json.loads(handle.read().decode("utf-8"))
     except OSError as exc:
         raise ManifestError(f"{p}: cannot be read ({exc.strerror or exc})") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -202,6 +212,10 @@ def load_manifest(path: PathLike) -> dict[str, Any]:
         for rec in records:
             if rec.get("kind") == "dir" and not _str_map(rec.get("files")):
                 raise ManifestError(f"{p}: {role} folder {rec['path']!r} must map its files to digests")
+        keys = [r["manifest" if role == "upstream" else "path"] for r in records]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:  # a writer never lists one twice (``_records``): the manifest was edited
+            raise ManifestError(f"{p}: {role} record {repeated[0]!r} is listed more than once")
     return data
 
 

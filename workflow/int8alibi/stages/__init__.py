@@ -20,6 +20,7 @@ from ..errors import InputError, Int8AlibiError
 from ..printable import printable
 from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
+from ..provenance.manifest import RUN_CONFIG
 from ..provenance.transaction import stage_transaction
 
 log = logging.getLogger("int8alibi")
@@ -137,6 +138,10 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
 
     def body() -> None:
         log.info("%s: run config %s", stage, args.config)
-        run(cfg, args.out, **inputs, **params)
+        token = RUN_CONFIG.set(args.config)  # recorded as an input of the stage's manifest
+        try:
+            run(cfg, args.out, **inputs, **params)
+        finally:
+            RUN_CONFIG.reset(token)
 
     return guarded(stage, args.out, list(inputs.values()), body)

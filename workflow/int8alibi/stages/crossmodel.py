@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import Config
-from ..crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, wide
+from ..crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, verified_root, wide
 from ..errors import InputError
 from ..protocol import load
 from ..provenance.atomic import write_bytes
@@ -38,8 +38,9 @@ def run(cfg: Config, out_dir: Path, runs: str = "") -> None:
     write_bytes(out_dir / "models.md", md.encode())
     write_bytes(out_dir / "models.html", document.to_html(doc).encode())
     inputs = {f"{f.name}/report/manifest.json": f / "report" / "manifest.json" for f in folders}
+    roots = {f.name: verified_root(f) for f in folders}  # again: nothing changed while the view was built
     write_manifest(out_dir, stage="crossmodel", outputs=[table, out_dir / "models.md", out_dir / "models.html"],
-                   inputs=inputs, params={"runs": [str(f) for f in folders]})
+                   inputs=inputs, params={"runs": [str(f) for f in folders]}, extra={"root_digests": roots})
     log.info("cross-model view of %d runs written", len(folders))
 
 

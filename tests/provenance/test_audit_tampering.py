@@ -1,0 +1,96 @@
+"""Tampering plain ``verify`` must see, each by a forger who also recomputed the manifest's digest: a
+stage folder replaced by a symbolic link to a copy elsewhere, a record listed twice, upstream links
+removed, a FIFO where a manifest should be (named, not waited on), and an edited run config (the
+config a stage read is a recorded input of its manifest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from int8alibi.provenance.audit import verify
+from int8alibi.provenance.manifest import RUN_CONFIG, manifest_digest, write_manifest
+
+
+def errors(results: Path) -> list[str]:
+    return [f.text() for f in verify(results) if f.level == "error"]
+
+
+def forge(manifest: Path, change) -> None:
+    """Edit a manifest and recompute its digest, as a careful forger would."""
+    data = json.loads(manifest.read_text())
+    change(data)
+    data["digest"] = manifest_digest(data)
+    manifest.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+def test_the_fixture_run_verifies(project: Path) -> None:
+    assert errors(project / "results") == []
+
+
+def test_a_stage_folder_replaced_by_a_link_to_an_edited_copy_is_an_error(project: Path, tmp_path: Path) -> None:
+    results = project / "results"
+    copy = tmp_path / "elsewhere" / "beta"
+    shutil.copytree(results / "beta", copy)
+    shutil.rmtree(results / "beta")
+    (results / "beta").symlink_to(copy)
+    forge(copy / "manifest.json", lambda m: m["params"].update(edited=True))
+    found = errors(results)
+    assert any("beta: results folder: a symbolic link" in e and str(copy) in e for e in found), found
+
+
+def test_an_output_listed_twice_is_an_error(project: Path) -> None:
+    manifest = project / "results" / "alpha" / "manifest.json"
+    forge(manifest, lambda m: m["outputs"].append(dict(m["outputs"][0])))
+    found = errors(project / "results")
+    assert any("is listed more than once" in e for e in found), found
+
+
+def test_upstream_links_removed_and_digest_recomputed_is_an_error(project: Path) -> None:
+    manifest = project / "results" / "beta" / "manifest.json"
+    forge(manifest, lambda m: m.update(upstream=[]))
+    found = errors(project / "results")
+    assert any("no upstream link records that manifest" in e for e in found), found
+
+
+def test_a_required_upstream_stage_is_missed_even_when_the_inputs_are_stripped_too(project: Path) -> None:
+    results = project / "results"
+    (results / "alpha").rename(results / "model")
+    forge(results / "model" / "manifest.json",
+          lambda m: m.update(stage="model", stage_dir="results/model",
+                             outputs=[{**r, "path": r["path"].replace("alpha", "model")} for r in m["outputs"]]))
+    forge(results / "beta" / "manifest.json", lambda m: m.update(stage="requant", upstream=[], inputs=[]))
+    found = errors(results)
+    assert any("always reads stage 'model'" in e for e in found), found
+
+
+def test_a_fifo_named_manifest_is_named_not_waited_on(project: Path) -> None:
+    fifo = project / "results" / "gamma" / "manifest.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    found = errors(project / "results")  # returns: a plain open would block forever
+    assert any("not a regular file (a FIFO" in e for e in found), found
+
+
+def test_an_edited_run_config_no_longer_verifies(project: Path) -> None:
+    results = project / "results"
+    run_config = results / ".run" / "0123456789abcdef" / "config.yaml"
+    run_config.parent.mkdir(parents=True)
+    run_config.write_text("resolved:\n  host: planner\n  arms: [a, b]\n")
+    gamma = results / "gamma"
+    gamma.mkdir()
+    (gamma / "out.txt").write_text("x\n")
+    token = RUN_CONFIG.set(run_config)
+    try:
+        write_manifest(gamma, stage="gamma", outputs=[gamma / "out.txt"], inputs=[], params={},
+                       protocol_root=project / "preregistration", device="cpu")
+    finally:
+        RUN_CONFIG.reset(token)
+    recorded = json.loads((gamma / "manifest.json").read_text())["inputs"]
+    assert [r["path"] for r in recorded] == ["results/.run/0123456789abcdef/config.yaml"]
+    assert errors(results) == []
+    run_config.write_text("resolved:\n  host: planner\n  arms: [b, a]\n")  # the two arms swapped
+    found = errors(results)
+    assert any("results/.run/0123456789abcdef/config.yaml" in e and "sha256 changed" in e for e in found), found
