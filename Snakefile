@@ -40,3 +40,7 @@ rule all:
     input:
         final_targets(),
     default_target: True
+
+
+# What planning computed once for unchanged files (code digests, YAML parses): kept for the next plan.
+save_plan_caches()

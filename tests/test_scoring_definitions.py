@@ -23,8 +23,8 @@ import pytest
 
 from int8alibi import decisions
 from int8alibi.protocol import load
-from int8alibi.scoring import (REVERTED, STATED, Definition, definition_scores, detection, flips, reverted_matrix,
-                               scorecard, totals)
+from int8alibi.definitions import REVERTED, STATED, Definition
+from int8alibi.scoring import definition_scores, detection, flips, reverted_matrix, scorecard, totals
 
 PROTOCOL = load(Path(__file__).resolve().parents[1] / "preregistration")
 LAYERS = 196

@@ -1,5 +1,6 @@
-"""The digests that decide Snakemake reruns: config (expanded, resolved), model source files (by
-content, cached), the environment; and the interpreter a job's plain `python` finds."""
+"""The params that decide Snakemake reruns, one readable line each: code (by syntax tree), config
+(expanded, resolved), model source files (by content, cached), the environment; and the
+interpreter a job's command names."""
 
 from __future__ import annotations
 
@@ -35,16 +36,19 @@ def hf_dir(root: Path, weights: bytes = b"weights") -> Path:
     return root
 
 
-def test_config_digest_reads_device_and_arms_as_resolved() -> None:
+def test_config_params_read_device_and_arms_as_resolved() -> None:
     auto = run_config()
     explicit = run_config(device="cpu", arms=["exact-cutlass-order", "exact-triton-order"])
     explicit["resolved"] = {**auto["resolved"], "spec": {"device": "cpu", "arms": explicit["arms"]}}
     # the same device and arms, whether named or resolved: same bytes, no rerun
-    assert ws.config_digest(auto, ["device", "arms"]) == ws.config_digest(explicit, ["device", "arms"])
+    assert ws.config_params(auto, ["device", "arms"]) == ws.config_params(explicit, ["device", "arms"])
+    assert ws.config_params(auto, ["device", "arms"]) == {
+        "config_arms": 'config arms: ["exact-cutlass-order", "exact-triton-order"]',
+        "config_device": 'config device: "cpu"'}  # a reason names the key and the value
     gpu = run_config()
     gpu["resolved"] = {**gpu["resolved"], "device": "cuda"}
-    assert ws.config_digest(auto, ["device"]) != ws.config_digest(gpu, ["device"])
-    assert ws.config_digest(auto, ["model"]) == ws.config_digest(gpu, ["model"])  # other keys: no rerun
+    assert ws.config_params(auto, ["device"]) != ws.config_params(gpu, ["device"])
+    assert ws.config_params(auto, ["model"]) == ws.config_params(gpu, ["model"])  # other keys: no rerun
     assert ws.use_gpu(auto) == 0 and ws.use_gpu(gpu) == 1
 
 
@@ -54,9 +58,9 @@ def test_config_digest_sees_the_expanded_value(monkeypatch: pytest.MonkeyPatch) 
     digests = []
     for target in ("/models/a", "/models/b", "/models/a"):
         monkeypatch.setenv("INT8ALIBI_TEST_MODEL", target)
-        digests.append(ws.config_digest(expand_env(written)[0], ["model"]))
+        digests.append(ws.config_params(expand_env(written)[0], ["model"]))
     literal = run_config(model={"source": "hf", "parent": "/models/a", "checkpoint": None})
-    assert digests[0] == digests[2] == ws.config_digest(literal, ["model"]) != digests[1]
+    assert digests[0] == digests[2] == ws.config_params(literal, ["model"]) != digests[1]
 
 
 def test_source_files_of_each_model_source(tmp_path: Path) -> None:
@@ -124,21 +128,30 @@ def test_a_copied_gguf_package_with_the_same_bytes_has_the_same_digest(tmp_path:
     assert ws.source_digests(cfg, tmp_path / "cache") == before
 
 
-def test_environment_digest_moves_with_a_library_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    before = ws.environment_digest()
-    assert ws.environment_digest() == before
+def test_environment_params_name_the_library_that_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = ws.environment_params()
+    assert ws.environment_params() == before
     real = environment.metadata.version
     monkeypatch.setattr(environment.metadata, "version", lambda name: "0.0-other" if name == "pyarrow" else real(name))
-    assert ws.environment_digest() != before
+    after = ws.environment_params()
+    assert {k for k in before if before[k] != after[k]} == {"library_pyarrow"}
+    assert after["library_pyarrow"] == "library pyarrow 0.0-other"
     monkeypatch.undo()
     monkeypatch.setenv("PORTABLE_CPU", "0")  # the portable settings switched off: other bytes
-    assert ws.environment_digest() != before
+    assert ws.environment_params()["env_portable"] != before["env_portable"]
 
 
-def test_plain_python_is_this_interpreter() -> None:
-    env = {"PATH": "/usr/bin:/bin"}
-    ws.put_interpreter_on_path(env)
-    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
-    again = dict(env)
-    ws.put_interpreter_on_path(again)
-    assert again == env  # once only
+def test_commands_name_this_interpreter_relative_to_the_project(tmp_path: Path) -> None:
+    here = Path(sys.executable)
+    assert ws.job_python(True, tmp_path) == "python"  # --sdm conda: the job's own environment
+    assert ws.job_python(False, tmp_path) == here.as_posix()  # outside the project: as it is
+    assert ws.job_python(False, here.parent.parent) == f"{here.parent.name}/{here.name}"
+
+
+def test_code_params_name_each_module_and_ignore_comments(tmp_path: Path) -> None:
+    from int8alibi.provenance.code import CodeDigests
+
+    params = ws.code_params("report", CodeDigests(tmp_path / "code.json"))
+    assert params["code_int8alibi_stages_report_py"].startswith("code int8alibi/stages/report.py ")
+    assert "code_int8alibi_provenance_manifest_py" in params  # what the stage imports, transitively
+    assert ws.code_params("report", CodeDigests(tmp_path / "code.json")) == params

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from . import strict_yaml
+from . import parse_cache, strict_yaml
 from .errors import InputError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
@@ -265,7 +265,7 @@ def validate(data: Mapping[str, Any], source: str) -> None:
     """Raise InputError naming the file and the first schema violation."""
     schema = strict_yaml.read(SCHEMA_PATH)
     try:
-        jsonschema.validate(dict(data), schema)
+        parse_cache.validated(schema, dict(data), lambda: jsonschema.validate(dict(data), schema))
     except jsonschema.ValidationError as exc:
         where = "/".join(_short_text(p, 60) for p in exc.absolute_path) or "(top level)"
         raise InputError(f"{source}: invalid config at {where}: {_schema_message(exc)}") from None
@@ -352,16 +352,6 @@ def earlier_plan(path: str | Path, results: str | Path, expanded: Mapping[str, A
         return own
     current = current_run_config(results)
     return read_run_config(current) if current is not None else None
-
-
-RUN_CONFIG_ENV = "INT8ALIBI_RUN_CONFIG"
-
-
-def export_run_config(path: str) -> str:
-    """Name the run config for the jobs this process starts (``INT8ALIBI_RUN_CONFIG``); return the
-    double-quoted shell reference commands use, so their text is the same for every configuration."""
-    os.environ[RUN_CONFIG_ENV] = path
-    return f'"${RUN_CONFIG_ENV}"'
 
 
 def write_run_config(data: Mapping[str, Any], path: str | Path) -> Path:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .arm_names import check_names
 from .config import RESOLVED, Config
 from .errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where a device is decided: planning a named device and arms needs none
+    import torch
 
 
 def host() -> str:
@@ -35,6 +37,19 @@ def _spec(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"device": config.get("device", "auto"), "arms": arms if isinstance(arms, str) else list(arms)}
 
 
+def _torch_for_auto() -> Any:
+    """torch, which ``auto`` needs to see the devices and arms of this host; a clear error without it."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError("device: auto / arms: auto are resolved with torch, which this environment does not have "
+                         "(planning with Snakemake and the parse-time packages of envs/plan.txt only): run "
+                         "Snakemake from the project's environment (.venv, made by ./bootstrap), or name device "
+                         "and arms in the config (e.g. device: cpu, arms: [exact-cutlass-order, "
+                         "exact-triton-order])") from None
+    return torch
+
+
 def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``resolved`` block for ``config``'s device and arms, decided on this host.
 
@@ -42,9 +57,9 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
     pair of ``kernels.registry.AUTO_ORDER`` available on that device (``registry.select``). Explicit
     values are recorded as they are: whether they can run is checked where each stage executes.
     """
-    from .kernels.registry import check_names, select
-
     here, spec = host(), _spec(config)
+    if "auto" in (spec["device"], spec["arms"]):
+        torch = _torch_for_auto()
     if spec["device"] == "auto":
         if torch.cuda.is_available():
             device, why_device = "cuda", f"auto: a CUDA device is visible to torch on host {here}"
@@ -54,6 +69,8 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
         device, why_device = spec["device"], f"explicit: the config says device: {spec['device']}"
     unavailable: dict[str, str] = {}
     if spec["arms"] == "auto":
+        from .kernels.registry import select
+
         try:
             arm_a, arm_b, evidence = select("auto", device)
         except InputError as exc:
@@ -97,6 +114,8 @@ def _origin(cfg: Config) -> str:
 
 def stage_device(cfg: Config, arms: Sequence[str] = ()) -> torch.device:
     """The run's resolved device, after checking that it exists on this host (else ``InputError``)."""
+    import torch
+
     name = cfg.resolved_device
     if name == "cuda" and not torch.cuda.is_available():
         what = f"arm{'s' if len(arms) > 1 else ''} {', '.join(arms)} on device cuda" if arms else "device cuda"

@@ -14,16 +14,15 @@ a ``definition`` key so both are computed from the same cells table and shown si
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .definitions import CHECK6_BOTH_REGIMES, COUNT_OUTPUT, MATRICES, STATED, Definition
 from .errors import ProtocolError
 
-MATRICES = ("corrected", "original")
 OUTCOMES = ("TP", "FN", "FP", "TN")
 UNOBSERVABLE = "excluded-unobservable"
 NOT_APPLICABLE = "not-applicable"
@@ -170,49 +169,6 @@ def cells_table(scored: pd.DataFrame) -> pd.DataFrame:
     table["fired"] = pd.Series([None if pd.isna(v) else bool(v) for v in table["fired"]], dtype=object,
                                index=table.index)
     return table
-
-
-# --- Scoring definitions -----------------------------------------------------------------------
-#
-# The stated rule above is one definition. The papers' own figures follow from another (registered
-# in preregistration/paper.yaml): their "original" matrix is the corrected one with its post-data
-# corrections undone ("reverted"); check 6 is read in both scale regimes; and a cell counts when
-# its fault changed the output or the operands an arm received, so an operand change that leaves
-# every output bit alone (F9's pct rung under own scales) still enters the rates.
-
-COUNT_OUTPUT = "output_changed"
-COUNT_OUTPUT_OR_OPERANDS = "output_or_operands_changed"
-CHECK6_REAL_SCALES = "real_scales"
-CHECK6_BOTH_REGIMES = "both_regimes"
-REVERTED = "reverted"
-ALL_MATRICES = (*MATRICES, REVERTED)
-
-
-@dataclass(frozen=True)
-class Definition:
-    """One scoring definition: which two matrices, which cells count, where check 6 is read."""
-
-    name: str
-    matrices: tuple[str, str]
-    counted: str
-    check6: str
-
-    @classmethod
-    def from_protocol(cls, name: str, entry: Mapping[str, Any], source: str = "paper.yaml") -> "Definition":
-        """Read one entry of paper.yaml's ``definitions``; refuse values this module does not implement."""
-        matrices = tuple(entry["matrices"])
-        if len(matrices) != 2 or any(m not in ALL_MATRICES for m in matrices):
-            raise ProtocolError(f"{source}: definition {name!r} names matrices {list(matrices)}; "
-                                f"expected two of {list(ALL_MATRICES)}")
-        if entry["counted"] not in (COUNT_OUTPUT, COUNT_OUTPUT_OR_OPERANDS):
-            raise ProtocolError(f"{source}: definition {name!r}: counted {entry['counted']!r} is not implemented")
-        if entry["check_6"] not in (CHECK6_REAL_SCALES, CHECK6_BOTH_REGIMES):
-            raise ProtocolError(f"{source}: definition {name!r}: check_6 {entry['check_6']!r} is not implemented")
-        return cls(name, (matrices[0], matrices[1]), entry["counted"], entry["check_6"])
-
-
-# The reading rule of analysis.yaml, as a definition (paper.yaml's `stated` entry must say the same).
-STATED = Definition("stated", ("corrected", "original"), COUNT_OUTPUT, CHECK6_REAL_SCALES)
 
 
 def reverted_matrix(corrected: pd.DataFrame) -> pd.DataFrame:

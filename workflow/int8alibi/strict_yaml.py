@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from . import parse_cache
 from .errors import InputError
 
 MAX_BYTES = 1 << 20  # 1 MiB: the largest protocol file is a few KB
@@ -76,6 +77,10 @@ def parse(text: str, source: str, error: type[Exception] = InputError) -> Any:
     """Parse YAML ``text`` strictly; any refusal raises ``error`` naming ``source`` and the line."""
     if len(text) > MAX_BYTES:
         raise error(f"{source}: {len(text)} characters, more than the {MAX_BYTES} a YAML file may have here")
+    return parse_cache.parsed(text, lambda: _load(text, source, error))
+
+
+def _load(text: str, source: str, error: type[Exception]) -> Any:
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

@@ -1,19 +1,23 @@
-"""What the Snakefile needs to decide reruns: code, config, source-file and environment digests, GPU use.
+"""What the Snakefile needs to decide reruns: one readable param per thing that moves bytes, GPU use.
 
-Snakemake compares a rule's params with those it recorded for the outputs, so everything that moves
-a stage's bytes and that Snakemake cannot see as an input file is a param digest here:
+Snakemake compares a rule's params with those it recorded for the outputs, and its reason names the
+params that differ, so everything that moves a stage's bytes and that Snakemake cannot see as an
+input file is a param here, each a line a person can read ("code int8alibi/stages/report.py 2460d1703b",
+"config corpus: {...}", "library torch 2.13.0"); protocol files are inputs, named by Snakemake:
 
-* ``code_digest``: the package code a stage runs (its module's int8alibi imports, transitively),
-  so a code change reruns exactly the stages whose code changed;
-* ``config_digest``: the config keys a stage reads, expanded (``${VAR}`` replaced) and with
+* ``code_params``: one per package module a stage can run (its module's int8alibi imports,
+  transitively), by the module's syntax tree (``provenance.code``): a comment or docstring edit
+  reruns nothing, any other edit reruns exactly the stages that can run that module;
+* ``config_params``: one per config key a stage reads, expanded (``${VAR}`` replaced) and with
   ``device``/``arms`` as resolved for the run (``int8alibi.resolve``);
 * ``source_digests``: the model's source files (the GGUF inside its package, every file of a
   Hugging Face parent directory, a committed checkpoint's files, a WikiText file) by name, size and
   SHA-256. Content, not timestamps: copying or moving a checkout reruns nothing, and editing a file
   does. Hashes are cached by (path, size, mtime, inode) in ``.snakemake/int8alibi/source-digests.json`` so
   a parse hashes a file once per change, not on every invocation;
-* ``environment_digest``: the installed versions of the libraries that move bytes and the portable
-  CPU settings (``int8alibi.portable``), so changing a pinned library reruns what ran under it.
+* ``environment_params``: the interpreter, the installed versions of the libraries that move bytes
+  and the portable CPU settings (``int8alibi.portable``), so changing a pinned library reruns what
+  ran under it; ``lock_param`` stands in for them where a rule runs in an environment of its own.
 """
 
 from __future__ import annotations
@@ -21,19 +25,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .provenance.code import CodeDigests
 from .provenance.environment import library_versions
-from .provenance.hashing import sha256_file, stage_code_digest
+from .provenance.hashing import sha256_file
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
 # is left out: it schedules, it computes nothing.
 BYTE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "tokenizers", "gguf",
                   "accelerate", "compressed-tensors", "triton", "vllm")
 SOURCE_CACHE = "source-digests.json"
+CODE_CACHE = "code-digests.json"
 # The reference_checkpoint rule's interpreter outside conda: llm-compressor's own virtualenv
 # (./bootstrap builds it from envs/llmcompressor.txt), named relative to the project root.
 LLMCOMPRESSOR_VENV = ".venv-llmcompressor"
@@ -44,21 +51,30 @@ def _short(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def code_digest(stage: str) -> str:
-    """Digest of the package code that ``int8alibi.stages.<stage>`` can run."""
-    return stage_code_digest([f"int8alibi.stages.{stage}"])[:16]
+def _name(kind: str, what: str) -> str:
+    """A param name (an identifier): ``code_int8alibi_stages_report_py``."""
+    return f"{kind}_{re.sub(r'[^0-9A-Za-z]+', '_', what).strip('_')}"
 
 
-def config_digest(config: Mapping[str, Any], keys: list[str]) -> str:
-    """Digest of the config keys a stage reads: changing another key does not rerun it.
+def code_params(stage: str, digests: CodeDigests) -> dict[str, str]:
+    """One param per module ``int8alibi.stages.<stage>`` can run: ``code <path> <syntax digest>``."""
+    return {_name("code", rel): f"code {rel} {digest[:16]}"
+            for rel, digest in digests.closure(f"int8alibi.stages.{stage}").items()}
+
+
+def config_params(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, str]:
+    """One param per config key a stage reads: changing another key does not rerun it.
 
     ``config`` is the run config (expanded, with its ``resolved`` block): ``device`` and ``arms``
     enter as resolved, so a run whose ``auto`` now means something else reruns, and one whose
     explicit value equals the earlier resolution does not.
     """
     resolved = config.get("resolved") or {}
-    subset = {k: resolved.get(k, config.get(k)) if k in ("device", "arms") else config.get(k) for k in sorted(keys)}
-    return _short(subset)
+    out = {}
+    for key in sorted(keys):
+        value = resolved.get(key, config.get(key)) if key in ("device", "arms") else config.get(key)
+        out[_name("config", key)] = f"config {key}: {json.dumps(value, sort_keys=True, default=str)}"
+    return out
 
 
 def use_gpu(config: Mapping[str, Any]) -> int:
@@ -68,7 +84,7 @@ def use_gpu(config: Mapping[str, Any]) -> int:
 
 
 def environment_facts() -> dict[str, Any]:
-    """What ``environment_digest`` covers: interpreter, library versions, portable CPU settings."""
+    """What ``environment_params`` covers: interpreter, library versions, portable CPU settings."""
     from . import portable
 
     return {
@@ -80,9 +96,28 @@ def environment_facts() -> dict[str, Any]:
     }
 
 
-def environment_digest() -> str:
-    """Digest of ``environment_facts()``: a changed library version reruns every stage that ran under it."""
-    return _short(environment_facts())
+def environment_params() -> dict[str, str]:
+    """``environment_facts()`` as params: a changed library version reruns every stage that ran under it."""
+    facts = environment_facts()
+    out = {"env_python": f"python {facts['python']}"}
+    out.update({_name("library", name): f"library {name} {version}" for name, version in facts["libraries"].items()})
+    out["env_portable"] = (f"portable CPU settings {'on' if facts['portable'] else 'off'}, "
+                           f"forward threads {facts['forward_threads']}: {json.dumps(facts['pinned_env'], sort_keys=True)}")
+    return out
+
+
+def job_python(conda: bool, root: Path) -> str:
+    """The interpreter a job's command names: ``python`` of the job's environment under ``--sdm conda``,
+    else the one Snakemake runs in, relative to the project root when inside it (the command then runs
+    as printed, pasted in that folder). Rules write it as a placeholder, so the rule's text (Snakemake's
+    ``code`` trigger) is the same wherever the checkout or its environment lives."""
+    if conda:
+        return "python"
+    here = Path(sys.executable)
+    try:
+        return here.absolute().relative_to(Path(root).absolute()).as_posix()
+    except ValueError:
+        return here.as_posix()
 
 
 def llmcompressor_python(conda: bool) -> str:
@@ -91,21 +126,10 @@ def llmcompressor_python(conda: bool) -> str:
     return "python" if conda else f"{LLMCOMPRESSOR_VENV}/bin/python"
 
 
-def lock_digest(lock: str | os.PathLike[str] = LLMCOMPRESSOR_LOCK) -> str:
-    """Digest of a lock file: the reference rule's stand-in for ``environment_digest``, which
-    describes Snakemake's own environment, not the one that rule runs in."""
-    return sha256_file(lock)[:16]
-
-
-def put_interpreter_on_path(environ: dict[str, str] | None = None) -> None:
-    """Put the directory of this interpreter first on ``PATH``, so a job's plain ``python`` is the one
-    Snakemake runs in (rules name no absolute interpreter: their command text must not depend on
-    where the checkout or its environment lives)."""
-    env = os.environ if environ is None else environ
-    here = os.path.dirname(sys.executable)
-    path = env.get("PATH", "")
-    if path.split(os.pathsep)[0] != here:
-        env["PATH"] = here + os.pathsep + path if path else here
+def lock_param(lock: str | os.PathLike[str] = LLMCOMPRESSOR_LOCK) -> dict[str, str]:
+    """A lock file's digest: the reference rule's stand-in for ``environment_params``, which describe
+    Snakemake's own environment, not the one that rule runs in."""
+    return {"env_lock": f"lock {Path(lock).as_posix()} sha256 {sha256_file(lock)[:16]}"}
 
 
 def _unset(value: Any) -> bool:
@@ -136,7 +160,7 @@ def source_files(config: Mapping[str, Any]) -> dict[str, list[tuple[str, Path]] 
     variable, a missing path): the string enters the digest, so fixing it reruns the stage, which is
     where a missing file stops the run with its own error.
     """
-    from .model.sources import DEFAULT_GGUF_PACKAGE, gguf_package_file
+    from .model.package import DEFAULT_GGUF_PACKAGE, gguf_package_file
 
     model = config["model"]
     out: dict[str, list[tuple[str, Path]] | str] = {}
@@ -207,16 +231,27 @@ class DigestCache:
 
 
 def source_digests(config: Mapping[str, Any], cache_dir: Path) -> dict[str, str]:
-    """``{role: digest}`` of ``source_files(config)``: names, sizes and SHA-256 of the files' bytes."""
+    """``{role: text}`` for ``source_files(config)``: how many files and the digest of their names,
+    sizes and SHA-256, or why there is nothing to list."""
     cache = DigestCache(Path(cache_dir) / SOURCE_CACHE)
     out = {}
     for role, files in source_files(config).items():
         if isinstance(files, str):
-            out[role] = _short(files)
+            out[role] = f"{role} files: {files}"
         else:
-            out[role] = _short([(label, *cache.sha256(path)) for label, path in files])
+            digest = _short([(label, *cache.sha256(path)) for label, path in files])
+            out[role] = f"{role} files: {len(files)} file{'s' if len(files) != 1 else ''}, digest {digest}"
     cache.save()
     return out
+
+
+def rerun_params(stage: str, config: Mapping[str, Any], digests: CodeDigests, keys: Iterable[str],
+                 sources: Mapping[str, str], environment: Mapping[str, str]) -> dict[str, str]:
+    """Every param that reruns ``stage``: its code, the config keys it reads, the source files it reads
+    (``{role: source_digests text}``) and the environment it runs in (``environment_params()`` or
+    ``lock_param()``)."""
+    return {**code_params(stage, digests), **config_params(config, keys),
+            **{_name("source", role): text for role, text in sources.items()}, **environment}
 
 
 def shard_ranges(index_path: str, shards: int) -> list[tuple[int, int]]:

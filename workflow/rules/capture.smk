@@ -8,10 +8,7 @@ checkpoint capture:
         index=update(f"{RESULTS}/capture/index.parquet"),
         manifest=update(f"{RESULTS}/capture/manifest.json"),
     params:
-        code=code_digest("capture"),
-        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),
-        corpus=SOURCES["corpus"],
-        env=ENVIRONMENT,
+        **stage_params("capture", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/capture.log",
     benchmark:

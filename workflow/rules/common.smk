@@ -14,20 +14,12 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from int8alibi.portable import apply_to_environ
 
 apply_to_environ()
-# Shell commands say plain `python`: put the interpreter Snakemake runs in first on PATH, also when
-# Snakemake was started as .venv/bin/snakemake without activating the environment. Nothing absolute
-# goes into a command's text, so moving or copying a finished checkout reruns nothing.
-from int8alibi.workflow_support import put_interpreter_on_path
-
-put_interpreter_on_path()
-
-from int8alibi import strict_yaml
+from int8alibi import parse_cache, strict_yaml
 from int8alibi.config import (
     check_bounded,
     command_line_booleans,
     earlier_plan,
     expand_env,
-    export_run_config,
     results_dir,
     run_config_path,
     validate,
@@ -36,14 +28,21 @@ from int8alibi.config import (
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
 from int8alibi.resolve import plan
+from int8alibi.provenance.code import CodeDigests
 from int8alibi.workflow_support import (
-    code_digest,
-    config_digest,
-    environment_digest,
+    CODE_CACHE,
+    environment_params,
+    job_python,
+    rerun_params,
     shard_ranges,
     source_digests,
     use_gpu,
 )
+
+
+# Parses and schema verdicts of exact bytes are kept between invocations (int8alibi.parse_cache);
+# with the code digests below, written once every rule is defined (save_plan_caches, Snakefile).
+parse_cache.enable(Path(".snakemake", "int8alibi", "parse-cache.pickle"))
 
 
 def _stop(exc):
@@ -78,10 +77,9 @@ BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 # invocation cannot change what a running job reads. A plan reuses the resolution of its own file,
 # else that of the last executing run (.run/current) when made for the same device/arms values, so a
 # cluster job re-parsing this file reads the resolution instead of making its own. Commands name it
-# through the environment variable INT8ALIBI_RUN_CONFIG, set here for the jobs this invocation
-# starts (a cluster job's own parse sets the same value): the command text stays the same for every
-# config (what a stage reads from the config reruns it through its `cfg` param), and the path is
-# relative; each stage logs the path it read.
+# as {params.run_config:q} (stage_params below): the printed command holds the relative path and
+# runs as printed, while neither the rule's text nor its compared params change with it (what a
+# stage reads from the config reruns it through its `config_*` params); each stage logs the path.
 _EXPANDED, _UNSET = expand_env(config)
 if _UNSET:
     sys.stderr.write(
@@ -94,7 +92,9 @@ try:
     validate(RUN, RUN_CONFIG)
 except Int8AlibiError as exc:
     _stop(exc)
-RUN_CONFIG_ARG = export_run_config(RUN_CONFIG)
+# The interpreter commands name, as {params.python:q} (int8alibi.workflow_support.job_python).
+CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
+PYTHON = job_python(CONDA, Path.cwd())
 
 
 onstart:
@@ -106,14 +106,34 @@ onstart:
 
 ARMS = list(RUN["resolved"]["arms"])
 
-# Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support): the model's source
-# files by content, and the library versions and portable settings every job computes under.
+# Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support), one readable param
+# each: the code a stage can run (by syntax tree: comments and docstrings rerun nothing), the config
+# keys it reads, the model's source files by content, and the library versions and portable settings
+# every job computes under. The caches live beside Snakemake's own state: planning (a dry run too)
+# writes nothing under results.
+_CACHE = Path(".snakemake", "int8alibi")
 try:
-    # the hash cache lives beside Snakemake's own state: planning (a dry run too) writes nothing under results
-    SOURCES = source_digests(RUN, Path(".snakemake", "int8alibi"))
+    SOURCES = source_digests(RUN, _CACHE)
 except Int8AlibiError as exc:
     _stop(exc)
-ENVIRONMENT = environment_digest()
+ENVIRONMENT = environment_params()
+CODE = CodeDigests(_CACHE / CODE_CACHE)
+
+
+def save_plan_caches():
+    CODE.save()
+    parse_cache.save()
+
+
+def stage_params(stage, keys=(), sources=(), environment=None):
+    """A stage rule's params, given as `**stage_params(...)` beside the rule's own: the rerun params
+    (int8alibi.workflow_support.rerun_params; `sources` names roles of SOURCES: parent, checkpoint,
+    corpus), and the interpreter and run config its command names. Those two are functions of the
+    job's output, which Snakemake does not compare between runs (its "derived" params): they change
+    with where the environment lives and with every config key, and a job reruns only for what it reads."""
+    sources = {role: SOURCES[role] for role in sources}
+    params = rerun_params(stage, RUN, CODE, keys, sources, ENVIRONMENT if environment is None else environment)
+    return {**params, "python": lambda wildcards, output: PYTHON, "run_config": lambda wildcards, output: RUN_CONFIG}
 
 
 def protocol_files(stage):
@@ -136,16 +156,15 @@ def qpath(path):
     return "".join(q(f"{{{part}}}") if i % 2 else shlex.quote(part) if part else "" for i, part in enumerate(parts))
 
 
-def stage_cmd(stage, out, extra="", python="python"):
-    """The one-line command of a stage; `python` from PATH (set above), relative paths only
-    (`python` names another interpreter for one running in its own environment: reference.smk).
+def stage_cmd(stage, out, extra="", python="{params.python:q}"):
+    """The one-line command of a stage, relative paths only; `python` names another interpreter for
+    one running in its own environment (reference.smk).
 
     Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (any other
     value goes into `extra` through `qpath`, e.g. `f"--input results={qpath(RESULTS)}"`, or as a
-    param), and the run config as "$INT8ALIBI_RUN_CONFIG" (RUN_CONFIG_ARG). Append the log as
-    `" 2> {log:q}"`.
+    param), and the run config as {params.run_config:q} (stage_params). Append the log as `" 2> {log:q}"`.
     """
-    return f"{python} -m int8alibi.stages.{stage} --config {RUN_CONFIG_ARG} --out {qpath(out)} {q(extra)}".rstrip()
+    return f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} {q(extra)}".rstrip()
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU

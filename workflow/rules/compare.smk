@@ -8,9 +8,7 @@ rule compare:
         summary=update(f"{RESULTS}/compare/summary.parquet"),
         manifest=update(f"{RESULTS}/compare/manifest.json"),
     params:
-        code=code_digest("compare"),
-        cfg=config_digest(RUN, ["arms", "device", "exploratory"]),
-        env=ENVIRONMENT,
+        **stage_params("compare", ["arms", "device", "exploratory"]),
         # the pinned prediction digest: a new pin reruns compare
         pin=GATE.data_pins.get("predictions", "unpinned"),
     log:

@@ -14,9 +14,8 @@ rule crossmodel:
         html=update(f"{RESULTS}/crossmodel/models.html"),
         manifest=update(f"{RESULTS}/crossmodel/manifest.json"),
     params:
-        code=code_digest("crossmodel"),
+        **stage_params("crossmodel"),
         runs=",".join(config.get("crossmodel", [])),
-        env=ENVIRONMENT,
     log:
         f"{LOGS}/crossmodel.log",
     benchmark:

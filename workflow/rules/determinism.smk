@@ -13,9 +13,7 @@ rule generate:
         checkpoint="|".join(CHECKPOINTS_GENERATED),
         run="[12]",
     params:
-        code=code_digest("generate"),
-        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device"]),
-        env=ENVIRONMENT,
+        **stage_params("generate", ["model", "size_profile", "corpus", "device"]),
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
@@ -53,9 +51,7 @@ rule determinism:
         summary=update(f"{RESULTS}/determinism/summary.parquet"),
         manifest=update(f"{RESULTS}/determinism/manifest.json"),
     params:
-        code=code_digest("determinism"),
-        cfg=config_digest(RUN, ["arms", "exploratory"]),
-        env=ENVIRONMENT,
+        **stage_params("determinism", ["arms", "exploratory"]),
     log:
         f"{LOGS}/determinism.log",
     benchmark:

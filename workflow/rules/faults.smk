@@ -14,9 +14,7 @@ if int(config.get("faults_shards", 1)) <= 1:
             decisions=update(f"{RESULTS}/faults/decisions.parquet"),
             manifest=update(f"{RESULTS}/faults/manifest.json"),
         params:
-            code=code_digest("faults"),
-            cfg=config_digest(RUN, ["device", "exploratory"]),
-            env=ENVIRONMENT,
+            **stage_params("faults", ["device", "exploratory"]),
         log:
             f"{LOGS}/faults.log",
         benchmark:
@@ -47,9 +45,7 @@ else:
             start=r"\d+",
             stop=r"\d+",
         params:
-            code=code_digest("faults"),
-            cfg=config_digest(RUN, ["device", "exploratory"]),
-            env=ENVIRONMENT,
+            **stage_params("faults", ["device", "exploratory"]),
         log:
             f"{LOGS}/faults/shard_{{start}}_{{stop}}.log",
         benchmark:
@@ -80,9 +76,8 @@ else:
             decisions=update(f"{RESULTS}/faults/decisions.parquet"),
             manifest=update(f"{RESULTS}/faults/manifest.json"),
         params:
-            code=code_digest("faults"),
+            **stage_params("faults"),
             shards=faults_shard_args,
-            env=ENVIRONMENT,
         log:
             f"{LOGS}/faults_gather.log",
         benchmark:
@@ -93,7 +88,7 @@ else:
         conda:
             software_env()
         shell:
-            f"python -m int8alibi.stages.faults gather --config {RUN_CONFIG_ARG} "
+            f"{{params.python:q}} -m int8alibi.stages.faults gather --config {{params.run_config:q}} "
             f"--out {qpath(f'{RESULTS}/faults')} {{params.shards:q}} 2> {{log:q}}"
 
 
@@ -112,9 +107,7 @@ rule faults_smoke:
         decisions=update(f"{RESULTS}/faults_smoke/decisions.parquet"),
         manifest=update(f"{RESULTS}/faults_smoke/manifest.json"),
     params:
-        code=code_digest("faults"),
-        cfg=config_digest(RUN, ["device", "exploratory"]),
-        env=ENVIRONMENT,
+        **stage_params("faults", ["device", "exploratory"]),
     log:
         f"{LOGS}/faults_smoke.log",
     benchmark:

@@ -9,8 +9,7 @@ rule ksweep:
         evidence=update(f"{RESULTS}/ksweep/evidence.parquet"),
         manifest=update(f"{RESULTS}/ksweep/manifest.json"),
     params:
-        code=code_digest("ksweep"),
-        env=ENVIRONMENT,
+        **stage_params("ksweep"),
     log:
         f"{LOGS}/ksweep.log",
     benchmark:

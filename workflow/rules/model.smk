@@ -7,12 +7,9 @@ rule model:
         info=update(f"{RESULTS}/model/parent.parquet"),
         manifest=update(f"{RESULTS}/model/manifest.json"),
     params:
-        code=code_digest("model"),
-        cfg=config_digest(RUN, ["model"]),
         # the source files by name, size and content (the GGUF in its package, or every file of the
         # Hugging Face directory): changing one reruns model and everything after it
-        source=SOURCES["parent"],
-        env=ENVIRONMENT,
+        **stage_params("model", ["model"], sources=["parent"]),
     log:
         f"{LOGS}/model.log",
     benchmark:

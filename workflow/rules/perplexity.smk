@@ -8,10 +8,7 @@ rule perplexity:
         summary=update(f"{RESULTS}/perplexity/summary.parquet"),
         manifest=update(f"{RESULTS}/perplexity/manifest.json"),
     params:
-        code=code_digest("perplexity"),
-        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),
-        corpus=SOURCES["corpus"],
-        env=ENVIRONMENT,
+        **stage_params("perplexity", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/perplexity.log",
     benchmark:

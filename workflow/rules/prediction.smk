@@ -6,9 +6,7 @@ rule prediction:
         predictions=update(f"{RESULTS}/prediction/predictions.parquet"),
         manifest=update(f"{RESULTS}/prediction/manifest.json"),
     params:
-        code=code_digest("prediction"),
-        cfg=config_digest(RUN, ["device"]),
-        env=ENVIRONMENT,
+        **stage_params("prediction", ["device"]),
     log:
         f"{LOGS}/prediction.log",
     benchmark:

@@ -8,9 +8,7 @@ rule prefill_decode:
         first_divergence=update(f"{RESULTS}/prefill_decode/first_divergence.parquet"),
         manifest=update(f"{RESULTS}/prefill_decode/manifest.json"),
     params:
-        code=code_digest("prefill_decode"),
-        cfg=config_digest(RUN, ["model", "size_profile", "device", "arms"]),
-        env=ENVIRONMENT,
+        **stage_params("prefill_decode", ["model", "size_profile", "device", "arms"]),
     log:
         f"{LOGS}/prefill_decode.log",
     benchmark:

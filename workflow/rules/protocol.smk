@@ -7,8 +7,7 @@ rule protocol:
         pins=update(f"{RESULTS}/protocol/pins.parquet"),
         manifest=update(f"{RESULTS}/protocol/manifest.json"),
     params:
-        code=code_digest("protocol"),
-        env=ENVIRONMENT,
+        **stage_params("protocol"),
     log:
         f"{LOGS}/protocol.log",
     benchmark:

@@ -1,4 +1,4 @@
-from int8alibi.workflow_support import lock_digest, llmcompressor_python
+from int8alibi.workflow_support import llmcompressor_python, lock_param
 
 
 # llm-compressor's own W8A8 of the parent: the requant gate's independent reference. Only in the DAG
@@ -12,10 +12,8 @@ rule reference_checkpoint:
     output:
         manifest=update(f"{RESULTS}/reference/manifest.json"),
     params:
-        code=code_digest("reference"),
-        cfg=config_digest(RUN, ["model"]),
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
-        env=lock_digest(),
+        **stage_params("reference", ["model"], environment=lock_param()),
     log:
         f"{LOGS}/reference.log",
     benchmark:
@@ -30,6 +28,6 @@ rule reference_checkpoint:
             "reference",
             f"{RESULTS}/reference",
             "--input parent={input.parent}",
-            python=llmcompressor_python(any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)),
+            python=llmcompressor_python(CONDA),
         )
         + " 2> {log:q}"

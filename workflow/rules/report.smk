@@ -7,9 +7,7 @@ rule report:
         html=update(f"{RESULTS}/report/report.html"),
         manifest=update(f"{RESULTS}/report/manifest.json"),
     params:
-        code=code_digest("report"),
-        cfg=config_digest(RUN, ["model", "size_profile", "arms", "device"]),
-        env=ENVIRONMENT,
+        **stage_params("report", ["model", "size_profile", "arms", "device"]),
     log:
         f"{LOGS}/report.log",
     benchmark:

@@ -10,10 +10,7 @@ rule tokens:
         check7=update(f"{RESULTS}/tokens/check7.parquet"),
         manifest=update(f"{RESULTS}/tokens/manifest.json"),
     params:
-        code=code_digest("tokens"),
-        cfg=config_digest(RUN, ["model", "size_profile", "corpus", "device", "arms"]),
-        corpus=SOURCES["corpus"],
-        env=ENVIRONMENT,
+        **stage_params("tokens", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/tokens.log",
     benchmark:

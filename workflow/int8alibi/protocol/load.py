@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ProtocolError
 from . import pins
 from .matrix import SEVERITIES, FaultInfo, PredictionMatrix, parse_matrix, verify_corrections
 from .schema import read_yaml, validate
+
+if TYPE_CHECKING:  # only ``Protocol.matrix`` builds a table: loading and verifying need no pandas
+    import pandas as pd
 
 MatrixName = Literal["corrected", "original"]
 
@@ -194,7 +195,7 @@ def _verify_tokens(t: Mapping[str, Any], analysis: Mapping[str, Any], faults: Ma
 
 
 def _verify_paper(p: Mapping[str, Any]) -> None:
-    from ..scoring import STATED, Definition
+    from ..definitions import STATED, Definition
 
     stated = Definition.from_protocol("stated", p["definitions"]["stated"], pins.PAPER)
     Definition.from_protocol("paper", p["definitions"]["paper"], pins.PAPER)

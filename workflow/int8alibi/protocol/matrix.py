@@ -8,13 +8,15 @@ severity its fault runs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProtocolError
+
+if TYPE_CHECKING:  # the tables are built when asked for: verifying a matrix (the plan-time gate) needs no pandas
+    import pandas as pd
 
 PREDICTIONS = ("fire", "silent", "n/a")
 SEVERITIES = ("one", "pct", "all")
@@ -40,23 +42,32 @@ class FaultInfo:
 
 @dataclass(frozen=True)
 class PredictionMatrix:
-    """One registered matrix: ``cells`` has one row per registered cell (row label x check)."""
+    """One registered matrix: one record per registered cell (row label x check), ``COLUMNS`` keys."""
 
     name: str
     source: str
-    cells: pd.DataFrame
+    records: tuple[Mapping[str, Any], ...]
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """The records as a table, ``COLUMNS`` in order."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(list(self.records), columns=COLUMNS)
 
     def counts(self) -> dict[str, int]:
         """Registered cells by prediction, and predicted misses."""
-        by = self.cells["prediction"].value_counts()
+        by = Counter(r["prediction"] for r in self.records)
         return {
-            "cells": len(self.cells),
-            **{p: int(by.get(p, 0)) for p in PREDICTIONS},
-            "predicted_miss": int(self.cells["predicted_miss"].sum()),
+            "cells": len(self.records),
+            **{p: by.get(p, 0) for p in PREDICTIONS},
+            "predicted_miss": sum(bool(r["predicted_miss"]) for r in self.records),
         }
 
     def expand(self, faults: Mapping[str, FaultInfo]) -> pd.DataFrame:
         """One row per campaign (fault, severity, check), in catalogue order."""
+        import pandas as pd
+
         parts = []
         for fault, info in faults.items():
             rows = self.cells[self.cells["fault"] == fault]
@@ -149,8 +160,7 @@ def parse_matrix(
                 f"{source}: fault {fault} must have exactly one row, or exactly one row per severity "
                 f"{list(info.severities)}; found rows for {found}"
             )
-    cells = pd.DataFrame.from_records(records, columns=COLUMNS)
-    matrix = PredictionMatrix(name=str(data["matrix"]), source=source, cells=cells)
+    matrix = PredictionMatrix(name=str(data["matrix"]), source=source, records=tuple(records))
     declared = {k: int(v) for k, v in data["counts"].items()}
     actual = matrix.counts()
     if declared != actual:
@@ -165,26 +175,21 @@ def verify_corrections(original: PredictionMatrix, corrected: PredictionMatrix) 
     a flagged cell must name the registered prediction as its original, and an unflagged cell must
     equal the registered one (prediction and predicted miss alike).
     """
-    key = ["row", "check"]
-    joined = corrected.cells.merge(original.cells, on=key, how="inner", suffixes=("", "_registered"))
-    flagged = joined[joined["corrected_post_data"]]
-    wrong = flagged[flagged["original_prediction"] != flagged["prediction_registered"]]
-    if len(wrong):
-        cell = wrong.iloc[0]
-        raise ProtocolError(
-            f"{corrected.source}: {cell['row']} check {cell['check']} says its original prediction was "
-            f"{cell['original_prediction']!r}, but {original.source} registered {cell['prediction_registered']!r}"
-        )
-    plain = joined[~joined["corrected_post_data"]]
-    changed = plain[
-        (plain["prediction"] != plain["prediction_registered"])
-        | (plain["predicted_miss"] != plain["predicted_miss_registered"])
-    ]
-    if len(changed):
-        cell = changed.iloc[0]
-        raise ProtocolError(
-            f"{corrected.source}: {cell['row']} check {cell['check']} differs from {original.source} "
-            f"({cell['prediction_registered']!r} -> {cell['prediction']!r}, predicted miss "
-            f"{bool(cell['predicted_miss_registered'])} -> {bool(cell['predicted_miss'])}) without a "
-            "corrected_post_data disclosure"
-        )
+    registered = {(r["row"], r["check"]): r for r in original.records}
+    joined = [(cell, registered[(cell["row"], cell["check"])]) for cell in corrected.records
+              if (cell["row"], cell["check"]) in registered]
+    for cell, before in joined:
+        if cell["corrected_post_data"] and cell["original_prediction"] != before["prediction"]:
+            raise ProtocolError(
+                f"{corrected.source}: {cell['row']} check {cell['check']} says its original prediction was "
+                f"{cell['original_prediction']!r}, but {original.source} registered {before['prediction']!r}"
+            )
+    for cell, before in joined:
+        if not cell["corrected_post_data"] and (cell["prediction"] != before["prediction"]
+                                                or cell["predicted_miss"] != before["predicted_miss"]):
+            raise ProtocolError(
+                f"{corrected.source}: {cell['row']} check {cell['check']} differs from {original.source} "
+                f"({before['prediction']!r} -> {cell['prediction']!r}, predicted miss "
+                f"{bool(before['predicted_miss'])} -> {bool(cell['predicted_miss'])}) without a "
+                "corrected_post_data disclosure"
+            )

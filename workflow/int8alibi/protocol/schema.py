@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from .. import strict_yaml
+from .. import parse_cache, strict_yaml
 from ..errors import ProtocolError
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "protocol"
@@ -33,13 +33,18 @@ def read_yaml(path: Path, source: str | None = None) -> Any:
 def _schema(name: str) -> dict[str, Any]:
     path = SCHEMA_DIR / name
     data = read_yaml(path)
-    jsonschema.Draft202012Validator.check_schema(data)
+    parse_cache.validated("Draft 2020-12 meta-schema", data, lambda: jsonschema.Draft202012Validator.check_schema(data))
     return data
 
 
 def validate(data: Any, schema_name: str, source: str) -> None:
     """Raise ProtocolError naming ``source`` and the first schema violation (by location)."""
-    validator = jsonschema.Draft202012Validator(_schema(schema_name))
+    schema = _schema(schema_name)
+    parse_cache.validated(schema, data, lambda: _check(schema, data, schema_name, source))
+
+
+def _check(schema: dict[str, Any], data: Any, schema_name: str, source: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         first = errors[0]

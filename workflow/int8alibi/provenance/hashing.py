@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -111,7 +111,8 @@ def package_digest() -> str:
     return listing_digest(hashes)
 
 
-def _module_file(name: str) -> Path | None:
+def module_file(name: str) -> Path | None:
+    """The file of int8alibi module ``name`` (``x.py`` or ``x/__init__.py``), or None."""
     parts = name.split(".")
     if parts[0] != PACKAGE_NAME:
         return None
@@ -125,9 +126,14 @@ def _module_file(name: str) -> Path | None:
 
 def _imported_names(name: str, path: Path) -> set[str]:
     """Names of int8alibi modules that ``path`` may import (static, including function-level imports)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imported_names(name, path.name == "__init__.py", ast.parse(path.read_bytes(), filename=str(path)))
+
+
+def imported_names(name: str, is_package: bool, tree: ast.AST) -> set[str]:
+    """Names of int8alibi modules that module ``name`` (parsed as ``tree``) may import."""
+    package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -142,12 +148,14 @@ def _imported_names(name: str, path: Path) -> set[str]:
     return {n for n in found if n.split(".")[0] == PACKAGE_NAME}
 
 
-def module_closure(module_names: Iterable[str]) -> list[str]:
+def module_closure(module_names: Iterable[str],
+                   imports: Callable[[str, Path], set[str]] = _imported_names) -> list[str]:
     """Package-relative paths of the given modules, their parent packages and every int8alibi
-    module they import, transitively. Unknown starting modules are an error."""
+    module they import, transitively (``imports(name, path)`` names a module's imports; a caller may
+    cache them). Unknown starting modules are an error."""
     todo: list[str] = []
     for name in module_names:
-        if _module_file(name) is None:
+        if module_file(name) is None:
             raise InputError(f"module {name!r}: not a module of the {PACKAGE_NAME} package")
         todo.append(name)
     seen: dict[str, Path] = {}
@@ -155,13 +163,13 @@ def module_closure(module_names: Iterable[str]) -> list[str]:
         name = todo.pop()
         if name in seen:
             continue
-        path = _module_file(name)
+        path = module_file(name)
         if path is None:  # ``from . import attribute``: not a module, nothing to add
             continue
         seen[name] = path
         parts = name.split(".")
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
-        todo.extend(_imported_names(name, path))
+        todo.extend(imports(name, path))
     return sorted(path.relative_to(PACKAGE_ROOT).as_posix() for path in seen.values())
 
 

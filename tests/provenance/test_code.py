@@ -1,0 +1,91 @@
+"""Code digests that decide reruns: a comment, docstring or layout edit changes nothing; any other
+edit changes the digest of that module only, and of the stages that can run it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from int8alibi.provenance import hashing
+from int8alibi.provenance.code import CodeDigests, syntax_digest
+
+SOURCE = '''"""Module docstring."""
+import os  # why
+
+
+def f(x):
+    """Function docstring."""
+    return x + 1  # add one
+
+
+class C:
+    """Class docstring."""
+
+    def g(self):
+        """Only a docstring."""
+'''
+
+
+def test_comments_docstrings_and_layout_do_not_move_the_digest() -> None:
+    base = syntax_digest(SOURCE.encode())
+    edited = (SOURCE.replace("# why", "# another reason").replace('"""Function docstring."""', '"""Changed."""')
+              .replace('"""Module docstring."""', "") + "\n\n# a trailing comment\n")
+    assert syntax_digest(edited.encode()) == base
+    assert syntax_digest(SOURCE.replace("def f(x):", "def f(x):\n\n").encode()) == base  # blank lines
+    assert syntax_digest(SOURCE.replace('"""Only a docstring."""', "pass").encode()) == base  # empty body
+
+
+@pytest.mark.parametrize("edit", [("x + 1", "x + 2"), ("import os", "import sys"), ("def f(x)", "def f(y)"),
+                                  ("return x + 1", "return (x + 1)  # same tree, other text"),
+                                  ('"""Class docstring."""', '"""Class docstring."""\n    X = "text"')])
+def test_a_code_edit_moves_the_digest(edit: tuple[str, str]) -> None:
+    edited = SOURCE.replace(*edit)
+    same_tree = edit[0] == "return x + 1"  # parentheses are layout: the same tree
+    assert (syntax_digest(edited.encode()) == syntax_digest(SOURCE.encode())) is same_tree
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "int8alibi"
+    _write(root, "__init__.py", "")
+    _write(root, "errors.py", "class E(Exception): ...\n")
+    _write(root, "unrelated.py", "Y = 2\n")
+    _write(root, "stages/__init__.py", "")
+    _write(root, "stages/alpha.py", "from ..errors import E\n\ndef run():\n    raise E\n")
+    monkeypatch.setattr(hashing, "PACKAGE_ROOT", root)
+    return root
+
+
+def test_closure_digests_each_module_and_remembers_them_by_content(package: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache" / "code.json"
+    first = CodeDigests(cache)
+    digests = first.closure("int8alibi.stages.alpha")
+    assert sorted(digests) == ["int8alibi/__init__.py", "int8alibi/errors.py", "int8alibi/stages/__init__.py",
+                               "int8alibi/stages/alpha.py"]
+    first.save()
+    assert len(json.loads(cache.read_text())) == 4
+    _write(package, "stages/alpha.py", "from ..errors import E  # a comment\n\ndef run():\n    raise E\n")
+    _write(package, "unrelated.py", "Y = 3\n")
+    assert CodeDigests(cache).closure("int8alibi.stages.alpha") == digests
+    _write(package, "errors.py", "class E(ValueError): ...\n")
+    changed = CodeDigests(cache).closure("int8alibi.stages.alpha")
+    assert [rel for rel in digests if digests[rel] != changed[rel]] == ["int8alibi/errors.py"]
+
+
+def test_a_cached_entry_is_used_without_parsing(package: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "code.json"
+    digests = CodeDigests(cache)
+    expected = digests.closure("int8alibi.stages.alpha")
+    digests.save()
+    import int8alibi.provenance.code as code
+
+    monkeypatch.setattr(code, "syntax_digest", lambda *a: pytest.fail("parsed although cached"))
+    assert CodeDigests(cache).closure("int8alibi.stages.alpha") == expected

@@ -1,0 +1,88 @@
+"""Code digests that decide reruns: a module's syntax tree, without comments, docstrings or layout.
+
+A comment or docstring edit, or moving lines about, does not change what a stage computes, so it
+reruns nothing; any other edit changes the module's digest. Each digest (and the module's imports,
+which give a stage's closure) is remembered by the SHA-256 of the file's bytes in one JSON file, so
+a parse re-reads only the files but parses only those that changed. Manifests keep recording the
+byte digest of the code that ran (``hashing.stage_code_digest``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from . import hashing
+from .hashing import imported_names, module_closure, sha256_bytes
+
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, _DOCUMENTED) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value,
+                                                                                                    str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+def syntax_digest(source: bytes, filename: str = "<module>") -> str:
+    """SHA-256 of the module's syntax tree without docstrings (comments and layout never enter a tree)."""
+    tree = _without_docstrings(ast.parse(source, filename=filename))
+    return sha256_bytes(ast.dump(tree).encode())
+
+
+class CodeDigests:
+    """Per-module syntax digests and imports, cached by file content in ``cache`` (a JSON file)."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = Path(cache)
+        try:
+            self.known: dict[str, Any] = json.loads(self.cache.read_text())
+        except (OSError, ValueError):
+            self.known = {}
+        self.used: dict[str, Any] = {}
+        self._files: dict[Path, tuple[str, str, list[str]]] = {}
+        self._closures: dict[str, dict[str, str]] = {}
+
+    def _entry(self, name: str, path: Path) -> tuple[str, str, list[str]]:
+        """``(content sha256, syntax digest, imports)`` of one file, read once per parse."""
+        if path not in self._files:
+            data = path.read_bytes()
+            key = f"{name}|{path.name == '__init__.py'}|{sha256_bytes(data)}"
+            entry = self.known.get(key)
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+                tree = ast.parse(data, filename=str(path))
+                entry = [syntax_digest(data, str(path)), sorted(imported_names(name, path.name == "__init__.py", tree))]
+            self.used[key] = entry
+            self._files[path] = (key, str(entry[0]), [str(n) for n in entry[1]])
+        return self._files[path]
+
+    def imports(self, name: str, path: Path) -> set[str]:
+        return set(self._entry(name, path)[2])
+
+    def closure(self, module: str) -> dict[str, str]:
+        """``{package-relative path: syntax digest}`` of every module ``module`` can run (``module_closure``)."""
+        if module not in self._closures:
+            root = hashing.PACKAGE_ROOT
+            out = {}
+            for rel in module_closure([module], imports=self.imports):
+                parts = Path(rel).with_suffix("").parts
+                name = ".".join((root.name, *(parts[:-1] if parts[-1] == "__init__" else parts)))
+                out[f"{root.name}/{rel}"] = self._entry(name, root / rel)[1]
+            self._closures[module] = out
+        return dict(self._closures[module])
+
+    def save(self) -> None:
+        """Keep what this parse used; written only when that changed (atomically: jobs may parse at once)."""
+        if self.used == self.known:
+            return
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.used, sort_keys=True, indent=0))
+        os.replace(tmp, self.cache)
