@@ -184,3 +184,18 @@ def test_without_a_checkpoint_the_gate_is_labelled_self_built(tmp_path: Path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["extra"]["gate"] == "self-built (not an independent test)"
     assert manifest["params"]["committed"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_requant_on_cuda_writes_the_bytes_it_writes_on_cpu(passed: Path, tmp_path: Path):
+    """A GPU run computes the weight rule on the GPU: every checkpoint file and the gate table are the
+    CPU run's bytes."""
+    from int8alibi.provenance.hashing import tree_hashes
+
+    cfg = _cfg(tmp_path)
+    cfg.data["device"] = "cuda"
+    out = tmp_path / "requant"
+    requant.run(cfg, out, parent=FIXTURE / "parent", checkpoint=FIXTURE / "quantized", protocol=PROTOCOL)
+    assert tree_hashes(out / "checkpoints") == tree_hashes(passed / "checkpoints")
+    assert (out / "gate.parquet").read_bytes() == (passed / "gate.parquet").read_bytes()

@@ -113,9 +113,11 @@ def test_the_plugin_builds_a_valid_gpu_request_for_gpu_rules_on_a_cuda_run(tmp_p
         call, partition = _sbatch(rule, jobs[rule], threads=1)
         assert partition == "gpu" and " -p gpu" in call, call
         assert "--gpus=1" in call and "--gres" not in call, call
-    for rule in ["model", "requant"]:
-        call, partition = _sbatch(rule, jobs[rule], threads=2)
-        assert partition == "cpu" and "--gpus" not in call and "--cpus-per-task=2" in call, call
+    # requant computes the weight rule on the run's device (the same bytes there): a GPU job too
+    call, partition = _sbatch("requant", jobs["requant"], threads=2)
+    assert jobs["requant"].get("gpu") == 1 and partition == "gpu" and "--gpus=1" in call, call
+    call, partition = _sbatch("model", jobs["model"], threads=2)
+    assert partition == "cpu" and "--gpus" not in call and "--cpus-per-task=2" in call, call
 
 
 def test_a_cpu_run_sends_every_job_to_the_cpu_partition(tmp_path: Path) -> None:

@@ -11,8 +11,11 @@ rule requant:
         gate=update(f"{RESULTS}/requant/gate.parquet"),
         manifest=update(f"{RESULTS}/requant/manifest.json"),
     params:
+        code=code_digest("requant"),
+        cfg=config_digest(RUN, ["model"]),
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
-        **stage_params("requant", ["model"], sources=["checkpoint"]),
+        checkpoint=SOURCES["checkpoint"],
+        env=ENVIRONMENT,
         reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     log:
         f"{LOGS}/requant.log",
@@ -21,7 +24,8 @@ rule requant:
     threads: 2
     resources:
         mem_mb=16000,
+        gpu=use_gpu(RUN),
     conda:
-        software_env()
+        software_env(gpu_capable=True)
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

@@ -33,11 +33,14 @@ class DivisionStats(NamedTuple):
 
 
 def division_stats(w: torch.Tensor, s_w: torch.Tensor, *, what: str = "weight") -> DivisionStats:
-    """The float32-versus-bf16 division statistics of bf16 ``w`` [N,K] under bf16 scale ``s_w`` [N,1]."""
-    codes_bf16 = wq.quantize_with_scale(w, s_w, "bf16", what=what)
-    codes_f32 = wq.quantize_with_scale(w, s_w, "float32", what=what)
+    """The float32-versus-bf16 division statistics of bf16 ``w`` [N,K] under bf16 scale ``s_w`` [N,1].
+
+    One float32 quotient serves both divisions: the pinned one is that quotient rounded once to
+    bf16 (``weight.quotient``'s definition), so nothing is divided twice."""
+    wq.check_weight_and_scale(w, s_w, what)
     q_f32 = wq.quotient(w, s_w, "float32")
-    q_bf16 = wq.quotient(w, s_w, "bf16")
+    q_bf16 = q_f32.to(torch.bfloat16).float()
+    codes_bf16, codes_f32 = wq.codes(q_bf16), wq.codes(q_f32)
     return DivisionStats(
         differing=int((codes_bf16 != codes_f32).sum()),
         # both differences are exact in float32 (operands within a factor of two, Sterbenz)

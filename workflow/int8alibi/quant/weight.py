@@ -76,7 +76,8 @@ def _scale(absmax: torch.Tensor) -> torch.Tensor:
     return torch.where(scale == 0, torch.full_like(scale, ZERO_ROW_SCALE), scale)
 
 
-def _codes(quot: torch.Tensor) -> torch.Tensor:
+def codes(quot: torch.Tensor) -> torch.Tensor:
+    """int8 ``round_half_even(clamp(quot, -128, 127))`` of float32 quotients."""
     return torch.round(quot.clamp(Q_MIN, Q_MAX)).to(torch.int8)
 
 
@@ -98,18 +99,22 @@ def quotient(w: torch.Tensor, s_w: torch.Tensor, division: Division) -> torch.Te
     return w.float() / s_w.float().expand_as(w)
 
 
+def check_weight_and_scale(w: torch.Tensor, s_w: torch.Tensor, what: str) -> None:
+    """InputError unless ``w`` is a finite bf16 [N,K] weight and ``s_w`` a positive finite bf16 [N,1] scale."""
+    _absmax(w, what)
+    _check_scale(s_w, w.shape[0], what)
+
+
 def quantize_with_scale(w: torch.Tensor, s_w: torch.Tensor, division: Division, *,
                         what: str = "weight") -> torch.Tensor:
     """int8 ``round_half_even(clamp(W / s_w, -128, 127))`` for a given bf16 scale [N,1]."""
-    _absmax(w, what)
-    _check_scale(s_w, w.shape[0], what)
-    return _codes(quotient(w, s_w, division))
+    check_weight_and_scale(w, s_w, what)
+    return codes(quotient(w, s_w, division))
 
 
 def clipped_per_row(w: torch.Tensor, s_w: torch.Tensor, division: Division, *, what: str = "weight") -> torch.Tensor:
     """Elements per row whose quotient lay outside [-128, 127], i.e. that the clamp changed (int64 [N])."""
-    _absmax(w, what)
-    _check_scale(s_w, w.shape[0], what)
+    check_weight_and_scale(w, s_w, what)
     return _clipped(quotient(w, s_w, division))
 
 
@@ -122,7 +127,7 @@ def requantize_counted(w: torch.Tensor, mode: Mode, division: Division = "bf16",
     if mode != "none":
         s_w = snap_pow2(s_w, mode, name=f"{what} scales")
     quot = quotient(w, s_w, division)
-    return QuantizedWeight(_codes(quot), s_w), _clipped(quot)
+    return QuantizedWeight(codes(quot), s_w), _clipped(quot)
 
 
 def requantize(w: torch.Tensor, mode: Mode, division: Division = "bf16", *,

@@ -49,6 +49,7 @@ from ..quant import weight as wq
 from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
 from ..quant.division import division_stats
 from ..quant.weight import QuantizedWeight
+from ..resolve import stage_device
 from . import reference as reference_stage
 from . import stage_main
 
@@ -206,20 +207,26 @@ def _open_parent(cfg: Config, parent: Path) -> _Parent:
     return _Parent(model, directory, config, layers, other)
 
 
-def _weight(parent: _Parent, ref: LayerRef) -> torch.Tensor:
-    return parent.model.get_submodule(ref.name).weight.detach()
+def _weight(parent: _Parent, ref: LayerRef, device: torch.device) -> torch.Tensor:
+    """One layer's bf16 weight on the device the rule is computed on (the same bytes on CPU and CUDA)."""
+    return parent.model.get_submodule(ref.name).weight.detach().to(device)
 
 
-def verify_committed(parent: _Parent, committed: Checkpoint, division: str) -> None:
+def _to_cpu(q: QuantizedWeight) -> QuantizedWeight:
+    return QuantizedWeight(q.w_q.cpu(), q.s_w.cpu())
+
+
+def verify_committed(parent: _Parent, committed: Checkpoint, division: str,
+                     device: torch.device = torch.device("cpu")) -> None:
     """GateError unless every layer and every shared tensor of the reference is byte-identical to the rebuild."""
     other_division = next(d for d in wq.DIVISIONS if d != division)
     mismatches: list[_Mismatch] = []
     for ref in parent.layers:
-        w = _weight(parent, ref)
-        rebuilt, stored = wq.quantize_weight(w, division, what=ref.name), committed[ref.name]
+        w = _weight(parent, ref, device)
+        rebuilt, stored = _to_cpu(wq.quantize_weight(w, division, what=ref.name)), committed[ref.name]
         int8, scales = _differing(rebuilt.w_q, stored.w_q), _differing(rebuilt.s_w, stored.s_w)
         if int8 or scales:
-            alt = wq.quantize_weight(w, other_division, what=ref.name)
+            alt = _to_cpu(wq.quantize_weight(w, other_division, what=ref.name))
             matches = not _differing(alt.w_q, stored.w_q) and not _differing(alt.s_w, stored.s_w)
             mismatches.append(_Mismatch(ref.name, int8, scales, _first_byte(rebuilt, stored), matches))
     if mismatches:
@@ -284,8 +291,12 @@ def _row(ref: LayerRef, arm: str, w: torch.Tensor, q: QuantizedWeight, clipped: 
     return row
 
 
-def build_arms(parent: _Parent, division: str, staging: Path, gate: str, reference: Reference | None) -> pd.DataFrame:
-    """Write every arm's checkpoint under ``staging/<arm>`` and return the gate table rows."""
+def build_arms(parent: _Parent, division: str, staging: Path, gate: str, reference: Reference | None,
+               device: torch.device = torch.device("cpu")) -> pd.DataFrame:
+    """Write every arm's checkpoint under ``staging/<arm>`` and return the gate table rows.
+
+    The rule is computed on ``device`` (a GPU run's CUDA device: the weight rule gives the same bytes
+    there, and the statistics are exact), the tensors written from host copies."""
     extra = [p for p in sorted(parent.directory.iterdir())
              if p.is_file() and p.name != CONFIG and p.name != INDEX_FILE and p.suffix != ".safetensors"]
     writers = {
@@ -298,11 +309,11 @@ def build_arms(parent: _Parent, division: str, staging: Path, gate: str, referen
     rows: list[dict[str, Any]] = []
     try:
         for ref in parent.layers:
-            w = _weight(parent, ref)
+            w = _weight(parent, ref, device)
             arms = _arms(w, division, ref.name)
             own = arms["own"][0]
             for arm, (q, clipped) in arms.items():
-                writers[arm].add_layer(ref.name, q)
+                writers[arm].add_layer(ref.name, _to_cpu(q))
                 rows.append(_row(ref, arm, w, q, clipped, own, division, gate, reference))
         for name, tensor in parent.other.items():
             for writer in writers.values():
@@ -340,10 +351,11 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, checkpoint: Path
     ref = (committed_reference(committed_path) if committed_path is not None
            else tool_reference(reference) if reference is not None else None)
     loaded = _open_parent(cfg, parent_path)
-    log.info("requant: %d layers, pinned division %s", len(loaded.layers), division)
+    device = stage_device(cfg)  # the run's resolved device: the rule's bytes do not depend on it
+    log.info("requant: %d layers, pinned division %s, computed on %s", len(loaded.layers), division, device)
     if ref is not None:
         stored = load_checkpoint(ref.path, [r.name for r in loaded.layers], against=f"the parent {loaded.directory}")
-        verify_committed(loaded, stored, division)
+        verify_committed(loaded, stored, division, device)
         gate = GATE_PASSED if ref.kind == "committed" else GATE_PASSED_TOOL
     else:
         gate = GATE_SELF_BUILT
@@ -351,7 +363,7 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, checkpoint: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = temp_dir(out_dir, CHECKPOINTS_DIR)
     try:
-        table = build_arms(loaded, division, staging, gate, ref)
+        table = build_arms(loaded, division, staging, gate, ref, device)
         staging.chmod(0o755)
         staging.rename(target)
         write_table(table, gate_path, GATE_SCHEMA, GATE_KEY)
