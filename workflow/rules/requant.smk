@@ -11,11 +11,8 @@ rule requant:
         gate=update(f"{RESULTS}/requant/gate.parquet"),
         manifest=update(f"{RESULTS}/requant/manifest.json"),
     params:
-        code=code_digest("requant"),
-        cfg=config_digest(RUN, ["model"]),
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
-        checkpoint=SOURCES["checkpoint"],
-        env=ENVIRONMENT,
+        **stage_params("requant", ["model"], sources=["checkpoint"]),
         reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     log:
         f"{LOGS}/requant.log",
