@@ -61,7 +61,7 @@ def test_pins_table_and_manifest(repo: Path, tmp_path: Path) -> None:
 def test_amended_file_and_data_pin_show_their_amendment(repo: Path, tmp_path: Path) -> None:
     path = repo / "preregistration" / "analysis.yaml"
     path.write_text(path.read_text().replace("smoke_layers: 2", "smoke_layers: 3", 1))
-    artifact = tmp_path / "predictions.parquet"
+    artifact = repo / "predictions.parquet"  # a data pin names a file of the project
     artifact.write_bytes(b"stand-in")
     new = amend(
         repo,

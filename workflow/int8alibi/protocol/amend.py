@@ -20,10 +20,12 @@ from typing import Any
 import yaml
 
 from ..errors import Int8AlibiError, ProtocolError
+from ..printable import printable
 from .chain import amendment_name, read_amendments, verify_chain
 from .gate import gate
-from .history import check_history
+from .history import check_dates, check_history
 from .load import load
+from ..provenance.chain import verify_input
 from ..provenance.environment import made_in
 from .pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
 from .schema import parse_yaml, validate
@@ -53,9 +55,15 @@ def _affected_stages(changed: Iterable[str]) -> dict[str, str]:
     return needed
 
 
-def _resolve(root: Path, path: str | Path) -> Path:
-    path = Path(path)
-    return path if path.is_absolute() else root / path
+def _resolve(root: Path, name: str, path: str | Path) -> Path:
+    """The file a data pin names (symbolic links resolved): inside the project, or an output a stage's
+    manifest lists and still vouches for (a results folder under ``results_root``); else refused."""
+    given = Path(path) if Path(path).is_absolute() else root / path
+    target = given.resolve()
+    if not target.is_relative_to(root.resolve()) and not verify_input(target):
+        raise ProtocolError(f"--pin {name}={path}: {target} lies outside the project {root.resolve()} and no stage "
+                            "manifest lists it; only the project's own artifacts are pinned")
+    return target
 
 
 def amend(
@@ -84,6 +92,7 @@ def amend(
     check_history(root)
     amendments = read_amendments(root)
     verify_chain(amendments)
+    check_dates(root, amendments)
     load(root / PROTOCOL_DIR)
     latest = amendments[-1]
     files = protocol_files_on_disk(root)
@@ -96,7 +105,7 @@ def amend(
         )
     data_pins, pin_envs = latest.data_pins, latest.data_pin_environments
     for name, path in (pins or {}).items():
-        file = _resolve(root, path)
+        file = _resolve(root, name, path)
         data_pins[name] = data_digest(file)
         env = made_in(file)
         if env is None:
@@ -167,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     try:
+        if not args.root.is_dir():
+            raise ProtocolError(f"--root {args.root}: not a folder (the project checkout holding amendments/)")
         path = amend(args.root, args.summary, args.rationale, stages, args.status, dict(args.pin))
     except Int8AlibiError as exc:
-        print(f"int8alibi amend: {exc}", file=sys.stderr)
+        print(printable(f"int8alibi amend: {exc}"), file=sys.stderr)
         return 1
     print(f"wrote {path}")
     return 0

@@ -7,6 +7,7 @@ without a new amendment breaks the pins.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +91,15 @@ def read_amendments(project_root: Path) -> list[Amendment]:
     return [by_number[n] for n in sorted(by_number)]
 
 
+def amendment_date(amendment: Amendment) -> dt.date:
+    """The amendment's ``date`` as a calendar date (``2026-13-45`` is refused naming the file)."""
+    try:
+        return dt.date.fromisoformat(str(amendment.data["date"]))
+    except ValueError:
+        raise ProtocolError(f"{amendment.rel}: date {amendment.data['date']!r} is not a calendar date "
+                            "(YYYY-MM-DD)") from None
+
+
 def verify_chain(amendments: list[Amendment]) -> None:
     """Numbers consecutive from A-0001, each previous_sha256 equal to the previous file's hash."""
     if not amendments:
@@ -97,6 +107,7 @@ def verify_chain(amendments: list[Amendment]) -> None:
             f"{AMENDMENTS_DIR}/: no amendment found; the protocol must be registered as {amendment_name(1)}.yaml"
         )
     for position, amendment in enumerate(amendments, start=1):
+        amendment_date(amendment)  # a calendar date, else named here
         if amendment.number != position:
             raise ProtocolError(
                 f"{amendment.rel}: {amendment_name(position)} is missing; amendments are numbered "
@@ -115,7 +126,7 @@ def verify_chain(amendments: list[Amendment]) -> None:
                 f"{amendment.rel}: previous_sha256 {previous} does not match {before.rel} "
                 f"(sha256 {before.sha256}); an earlier amendment was changed or the link is wrong"
             )
-        if str(amendment.data["date"]) < str(before.data["date"]):
+        if amendment_date(amendment) < amendment_date(before):
             raise ProtocolError(
                 f"{amendment.rel}: dated {amendment.data['date']}, before {before.rel} ({before.data['date']})"
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ProtocolError
 from .chain import read_amendments, verify_chain, verify_pins
-from .history import History, check_history
+from .history import History, check_dates, check_history
 from .load import Protocol, load
 from .pins import PROTOCOL_DIR, data_digest, protocol_files_on_disk
 
@@ -59,6 +59,7 @@ def gate(project_root: Path) -> GateReport:
     history = check_history(root)
     amendments = read_amendments(root)
     verify_chain(amendments)
+    check_dates(root, amendments)
     latest = amendments[-1]
     on_disk = protocol_files_on_disk(root)
     verify_pins(root, latest, on_disk)

@@ -10,15 +10,17 @@ so instead of passing.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import subprocess
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..errors import ProtocolError
+from .chain import Amendment, amendment_date
 from .pins import AMENDMENTS_DIR, LOCK_FILE
 
 HistoryStatus = Literal["verified", "partial", "drafting", "not possible"]
@@ -170,3 +172,43 @@ def check_history(project_root: Path) -> History:
             lock,
         )
     return History("verified", checked, lock)
+
+
+# A date is written in some time zone; none is more than 14 hours ahead of UTC.
+_LATEST_ZONE = dt.timedelta(hours=14)
+
+
+def _added(root: Path) -> dict[str, tuple[str, dt.datetime]]:
+    """amendments/ file -> (commit, committer time) of the commit that first added it; empty without git."""
+    if shutil.which("git") is None or _git(root, "rev-parse", "--verify", "--quiet", "HEAD").returncode != 0:
+        return {}
+    done = _git(root, "log", "--full-history", "--diff-filter=A", "--no-renames", "--relative",
+                "--format=commit %H %ct", "--name-only", "--", f"{AMENDMENTS_DIR}/")
+    if done.returncode != 0:
+        return {}
+    added: dict[str, tuple[str, dt.datetime]] = {}
+    commit: tuple[str, dt.datetime] | None = None
+    for line in done.stdout.splitlines():  # newest first: the last commit seen for a file added it
+        if line.startswith("commit "):
+            _, sha, stamp = line.split()
+            commit = (sha, dt.datetime.fromtimestamp(int(stamp), dt.UTC))
+        elif line.strip() and commit is not None:
+            added[line.strip()] = commit
+    return added
+
+
+def check_dates(project_root: Path, amendments: Sequence[Amendment], now: dt.datetime | None = None) -> None:
+    """No amendment is dated after the commit that added it (an uncommitted one: after now), in any
+    time zone. A date in the future would make every later amendment look older than it, so that
+    `amend` could never succeed again. Committer times are what git records; they can be set by hand,
+    so this bounds honest mistakes and careless edits, not a forger of history."""
+    added = _added(Path(project_root))
+    now = now or dt.datetime.now(dt.UTC)
+    for amendment in amendments:
+        date = amendment_date(amendment)
+        commit, when = added.get(amendment.rel, (None, now))
+        if date > (when + _LATEST_ZONE).date():
+            after = (f"the commit {commit[:12]} that added it ({when:%Y-%m-%d %H:%M} UTC)" if commit is not None
+                     else f"today ({now:%Y-%m-%d} UTC; the file is not committed yet)")
+            raise ProtocolError(f"{amendment.rel}: dated {date.isoformat()}, after {after}; an amendment is dated "
+                                "the day it is written")

@@ -109,5 +109,8 @@ def protocol_files_on_disk(project_root: Path) -> dict[str, str]:
             continue
         if not path.is_file():
             raise ProtocolError(f"{rel}: not a regular file (broken link or special file) in the protocol folder")
+        if path.is_symlink() and not path.resolve().is_relative_to(project_root.resolve()):
+            raise ProtocolError(f"{rel}: a symbolic link to {path.resolve()}, outside the project; the protocol is "
+                                "the project's own files")
         found[rel] = sha256_file(path)
     return found

@@ -146,6 +146,16 @@ class _ProtocolState:
     current: Mapping[str, Any] | None  # current_pins(root); None when it could not be obtained
     why_not: str  # why ``current`` is None
     chain: tuple[Finding, ...]  # the gate's verdict on the amendment chain
+    records: Mapping[str, Mapping[str, Any]] | None = None  # amendment id -> its record now (None: unknown)
+
+
+def _amendment_records(root: Path) -> Mapping[str, Mapping[str, Any]] | None:
+    """Every amendment record as the checkout holds it now, by id; None when they cannot be read."""
+    try:
+        chain = importlib.import_module("int8alibi.protocol.chain")
+        return {a.id: a.data for a in chain.read_amendments(root)}
+    except (ImportError, AttributeError, Int8AlibiError):
+        return None
 
 
 def _protocol_state(root: Path) -> _ProtocolState:
@@ -166,7 +176,7 @@ def _protocol_state(root: Path) -> _ProtocolState:
     except AttributeError as exc:
         chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
     try:
-        return _ProtocolState(module, module.current_pins(root), "", tuple(chain))
+        return _ProtocolState(module, module.current_pins(root), "", tuple(chain), _amendment_records(root))
     except (Int8AlibiError, AttributeError) as exc:
         return _ProtocolState(module, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
 
@@ -205,6 +215,7 @@ def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: 
     if current is None:
         out.append(Finding(ERROR, where, "protocol", f"protocol check not possible: {state.why_not}"))
         return out
+    out.extend(_rewritten(pins, current, where, state))
     if current.get("amendment") != pins.get("amendment"):
         out.append(Finding(NOTICE, where, "protocol", f"amended since this stage ran "
                            f"({pins.get('amendment')} -> {current.get('amendment')})"))
@@ -213,6 +224,31 @@ def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: 
         if then != now:
             out.append(Finding(NOTICE, where, f"pinned data {key}", f"pin changed since this stage ran "
                                f"({_show(then)} -> {_show(now)})"))
+    return out
+
+
+def _rewritten(pins: Mapping[str, Any], current: Mapping[str, Any], where: str,
+               state: _ProtocolState) -> list[Finding]:
+    """The amendment history rewritten since the stage ran (after the lock): the amendment it ran under
+    now pins other files or data, or is gone, or the lock commit is another commit. The gate alone
+    cannot see a rewrite that recomputed the whole chain; the manifests recorded before it can."""
+    recorded_history = pins.get("history") if isinstance(pins.get("history"), Mapping) else {}
+    if recorded_history.get("status") not in ("verified", "partial") or state.records is None:
+        return []  # recorded before the lock (drafts may change) or amendments unreadable (reported elsewhere)
+    out = []
+    then, now_lock = recorded_history.get("lock_commit"), (current.get("history") or {}).get("lock_commit")
+    if then and now_lock and then != now_lock:
+        out.append(Finding(ERROR, where, "amendment history", f"the lock commit is now {now_lock}, but this stage "
+                           f"ran under lock commit {then}: the history was rewritten after the lock"))
+    ran_under = pins.get("amendment")
+    record = state.records.get(str(ran_under))
+    if record is None:
+        out.append(Finding(ERROR, where, "amendment history", f"{ran_under}, which this stage ran under, is no "
+                           "longer in amendments/: the history was rewritten"))
+    elif dict(record.get("pins") or {}) != dict(pins.get("files") or {}) or \
+            dict(record.get("data_pins") or {}) != dict(pins.get("data") or {}):
+        out.append(Finding(ERROR, where, "amendment history", f"{ran_under} now pins other protocol files or data "
+                           "than when this stage ran under it: the amendment was rewritten"))
     return out
 
 
