@@ -9,7 +9,7 @@ import pandas as pd
 
 from int8alibi.protocol import load
 from int8alibi.report.claims import measure
-from int8alibi.report.document import Paragraph, Table
+from int8alibi.report.document import Document, Paragraph, Table
 from int8alibi.report.sections import Tables, requant
 
 CLAIMS = tuple(load(Path(__file__).resolve().parents[2] / "preregistration").paper["claims"])
@@ -33,20 +33,20 @@ def _gate(tmp_path: Path, **own: list) -> None:
 
 def test_gate_section_names_the_reference_and_sets_the_division_beside_the_paper(tmp_path: Path) -> None:
     _gate(tmp_path)
-    blocks = requant(Tables(tmp_path, CLAIMS))
+    blocks = requant(Tables(tmp_path, CLAIMS), Document("t"))
     reference = next(b.text for b in blocks if isinstance(b, Paragraph) and b.text.startswith("Reference"))
     assert reference == f"Reference: {LABEL}. Gate: {PASSED} (2 of 2 layers byte-equal in every int8 weight and every scale)."
     division = next(b for b in blocks if isinstance(b, Table) and b.caption.startswith("Division statistics")).frame
     # 40 of 4*100 + 8*50 = 800 weights differ: 5.00%
     assert division["this_run"].tolist() == ["5.00% (40 of 800)", "0.749", "0.250"]
-    assert division["paper"].tolist()[:2] == ["6.42% (Qwen3 (size not recorded here))",
-                                              "0.749 (Qwen3 (size not recorded here))"]
+    assert division["paper"].tolist()[:2] == ["6.42% (Qwen3-1.7B)",
+                                              "0.749 (Qwen3-1.7B)"]
 
 
 def test_self_built_gate_says_there_was_no_reference(tmp_path: Path) -> None:
     _gate(tmp_path, reference=["none (self-built)"] * 2 + ["own"], bytes_equal=[None, None, False],
           gate=["self-built (not an independent test)"] * 3)
-    text = next(b.text for b in requant(Tables(tmp_path, CLAIMS)) if isinstance(b, Paragraph))
+    text = next(b.text for b in requant(Tables(tmp_path, CLAIMS), Document("t")) if isinstance(b, Paragraph))
     assert text.startswith("Reference: none. The gate is self-built (not an independent test)")
 
 
@@ -54,7 +54,7 @@ def test_a_gate_table_without_the_statistics_says_so(tmp_path: Path) -> None:
     _gate(tmp_path)
     path = tmp_path / "requant" / "gate.parquet"
     pd.read_parquet(path).drop(columns=["code_offset_max"]).to_parquet(path, index=False)
-    blocks = requant(Tables(tmp_path, CLAIMS))
+    blocks = requant(Tables(tmp_path, CLAIMS), Document("t"))
     assert any(isinstance(b, Paragraph) and "Division statistics: not in this run" in b.text for b in blocks)
     claim = next(c for c in CLAIMS if c["id"] == "division-bf16-shift")
     assert measure(claim, Tables(tmp_path, CLAIMS), None).why.startswith("not applicable")

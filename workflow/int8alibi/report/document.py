@@ -1,15 +1,18 @@
 """A report as a list of blocks rendered twice: Markdown (figures as sibling SVG files) and one
-self-contained HTML file (figures inline). Each table and figure carries its source: the Parquet
-file it was read from and that file's SHA-256.
+self-contained HTML file (figures inline), with an appendix of per-row tables beside it
+(appendix.md, appendix.html) that the main page links to. Each table and figure carries its source:
+the Parquet file it was read from and that file's SHA-256.
 
 Tables keep their frames' raw column names (what a reader finds in the Parquet file) and are shown
 with human labels (``LABELS``) and formatted numbers: rates as percents, counts with thousands
-separators. The HTML page fits a 1280 px window: long cells wrap, a table wider than the page
-scrolls inside its own box, figures scale down."""
+separators. The HTML page fits a 1280 px window and prints without cut columns: long cells wrap,
+a table wider than the page scrolls inside its own box on screen and shrinks in print, figures
+scale down. Text is plain; a span in backticks is shown as code."""
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -45,6 +48,7 @@ class Table:
     frame: pd.DataFrame
     sources: tuple[Source, ...]
     labels: tuple[tuple[str, str], ...] = ()  # per-table label overrides (column, label)
+    anchor: str = ""                          # set for appendix tables: their link target
 
     def headers(self) -> list[str]:
         own = dict(self.labels)
@@ -59,16 +63,37 @@ class Figure:
     sources: tuple[Source, ...]
 
 
-Block = Heading | Paragraph | Table | Figure
+@dataclass(frozen=True)
+class AppendixLinks:
+    """A list of links from the main page to the appendix tables (anchor, caption)."""
+
+    intro: str
+    items: tuple[tuple[str, str], ...]
+
+
+Block = Heading | Paragraph | Table | Figure | AppendixLinks
+
+APPENDIX = "appendix"
 
 
 @dataclass
 class Document:
     title: str
     blocks: list[Block] = field(default_factory=list)
+    appendix: list[Table] = field(default_factory=list)
 
     def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
+
+    def add_appendix(self, caption: str, frame: pd.DataFrame, sources: tuple[Source, ...],
+                     labels: tuple[tuple[str, str], ...] = ()) -> str:
+        """Append a per-row table to the appendix; return its reference ("A3")."""
+        ref = f"A{len(self.appendix) + 1}"
+        self.appendix.append(Table(f"{ref}. {caption}", frame, sources, labels, anchor=ref.lower()))
+        return ref
+
+    def appendix_links(self, intro: str) -> AppendixLinks:
+        return AppendixLinks(intro, tuple((t.anchor, t.caption) for t in self.appendix))
 
 
 LABELS = {
@@ -102,6 +127,8 @@ def label(column: str) -> str:
 
 
 def _cell(value: object, column: str = "") -> str:
+    if isinstance(value, (list, tuple)) or (hasattr(value, "ndim") and getattr(value, "ndim") == 1):
+        return ", ".join(_cell(v) for v in value)  # type: ignore[union-attr]
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
@@ -126,15 +153,28 @@ def _sources(sources: tuple[Source, ...]) -> str:
 
 def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
     """The Markdown text and the SVG files it links ({file name: svg})."""
-    out = [f"# {doc.title}", ""]
+    return _markdown(doc.title, doc.blocks)
+
+
+def appendix_markdown(doc: Document) -> str:
+    return _markdown(f"{doc.title}: appendix", doc.appendix)[0]
+
+
+def _markdown(title: str, blocks: list[Block] | list[Table]) -> tuple[str, dict[str, str]]:
+    out = [f"# {title}", ""]
     figures: dict[str, str] = {}
-    for block in doc.blocks:
-        if isinstance(block, Heading):
+    for block in blocks:
+        if isinstance(block, AppendixLinks):
+            out += [block.intro, ""] + [f"- [{caption}]({APPENDIX}.md#{anchor})" for anchor, caption in block.items]
+            out.append("")
+        elif isinstance(block, Heading):
             out += ["#" * block.level + " " + block.text, ""]
         elif isinstance(block, Paragraph):
             out += [block.text, ""]
         elif isinstance(block, Table):
             cols = [str(c) for c in block.frame.columns]
+            if block.anchor:
+                out += [f'<a id="{block.anchor}"></a>', ""]
             out += [f"**{block.caption}**", "", "| " + " | ".join(block.headers()) + " |", "|" + "---|" * len(cols)]
             for row in block.frame.itertuples(index=False):
                 out.append("| " + " | ".join(_cell(v, c).replace("|", "\\|") for v, c in zip(row, cols)) + " |")
@@ -157,7 +197,21 @@ _STYLE = (
     "td.t{text-align:left;white-space:normal;overflow-wrap:break-word;min-width:5em}"
     ".src{color:#666;font-size:.78em;overflow-wrap:anywhere}figure{margin:1em 0}"
     "figure svg{max-width:100%;height:auto}p{overflow-wrap:anywhere}"
+    "code{font-size:.92em;background:#f3f3f3;padding:0 .2em}"
+    "@page{size:A4;margin:12mm}"
+    "@media print{body{max-width:none;margin:0;padding:0;font-size:9pt}.tw{overflow:visible}"
+    "table{font-size:7pt;width:100%;page-break-inside:auto}tr{page-break-inside:avoid}"
+    "td,th{white-space:normal;overflow-wrap:anywhere;padding:.1em .25em}td.t{min-width:0}"
+    "figure{page-break-inside:avoid}figure svg{max-height:90mm;width:auto}}"
 )
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _text(text: str) -> str:
+    """Escaped text with `spans` shown as code."""
+    return _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", escape(text))
 
 
 def _td(value: object, column: str) -> str:
@@ -167,15 +221,26 @@ def _td(value: object, column: str) -> str:
 
 
 def to_html(doc: Document) -> str:
-    """One self-contained page: no external files, scripts or fonts."""
+    """One self-contained page: no external files, scripts or fonts (the appendix is linked)."""
+    return _html(doc.title, doc.blocks)
+
+
+def appendix_html(doc: Document) -> str:
+    return _html(f"{doc.title}: appendix", doc.appendix)
+
+
+def _html(title: str, blocks: list[Block] | list[Table]) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{escape(doc.title)}</title><style>{_STYLE}</style></head><body>",
-           f"<h1>{escape(doc.title)}</h1>"]
-    for block in doc.blocks:
-        if isinstance(block, Heading):
+           f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
+           f"<h1>{escape(title)}</h1>"]
+    for block in blocks:
+        if isinstance(block, AppendixLinks):
+            items = "".join(f'<li><a href="{APPENDIX}.html#{a}">{escape(c)}</a></li>' for a, c in block.items)
+            out.append(f"<p>{_text(block.intro)}</p><ul>{items}</ul>")
+        elif isinstance(block, Heading):
             out.append(f"<h{block.level}>{escape(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
-            out.append(f"<p>{escape(block.text)}</p>")
+            out.append(f"<p>{_text(block.text)}</p>")
         elif isinstance(block, Table):
             cols = [str(c) for c in block.frame.columns]
             head = "".join(f'<th title="{escape(c)}">{escape(h)}</th>' for c, h in zip(cols, block.headers()))
@@ -183,7 +248,8 @@ def to_html(doc: Document) -> str:
                 "<tr>" + "".join(_td(v, c) for v, c in zip(row, cols)) + "</tr>"
                 for row in block.frame.itertuples(index=False)
             )
-            out.append(f'<div class="tw"><table><caption>{escape(block.caption)}</caption><tr>{head}</tr>{rows}'
+            anchor = f' id="{escape(block.anchor)}"' if block.anchor else ""
+            out.append(f'<div class="tw"><table{anchor}><caption>{escape(block.caption)}</caption><tr>{head}</tr>{rows}'
                        "</table></div>")
             out.append(f'<p class="src">{escape(_sources(block.sources))}</p>')
         else:
@@ -195,12 +261,14 @@ def to_html(doc: Document) -> str:
 
 
 def write(doc: Document, out_dir: Path) -> list[Path]:
-    """Write report.md, its SVG figures and report.html atomically; return every path written."""
+    """Write report.md, its SVG figures, report.html and the appendix atomically; return every path written."""
     md, figures = to_markdown(doc)
     written = []
     for name, svg in sorted(figures.items()):
         write_bytes(out_dir / name, svg.encode())
         written.append(out_dir / name)
-    write_bytes(out_dir / "report.md", md.encode())
-    write_bytes(out_dir / "report.html", to_html(doc).encode())
-    return written + [out_dir / "report.md", out_dir / "report.html"]
+    files = {"report.md": md, "report.html": to_html(doc), f"{APPENDIX}.md": appendix_markdown(doc),
+             f"{APPENDIX}.html": appendix_html(doc)}
+    for name, text in files.items():
+        write_bytes(out_dir / name, text.encode())
+    return written + [out_dir / name for name in files]

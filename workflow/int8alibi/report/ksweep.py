@@ -19,7 +19,8 @@ from .sections import Tables
 
 HEADING = "INT8 versus FP8 divergence against reduction depth (K sweep, GPU only)"
 NOT_IN_DAG = ("Not run: the K sweep needs a GPU and is left out of the DAG when the run resolves to the CPU "
-              "(ksweep/ was not produced). On a GPU run, or with `snakemake ksweep`, it writes its tables.")
+              "(ksweep/ was not produced). On a GPU run, or with `snakemake ksweep`, it writes its tables; the "
+              "paper's values are shown below with this run's column reading \"not run\".")
 RUN = "run"
 
 
@@ -98,7 +99,7 @@ def paper_rows(paper: Mapping[str, Any], table: pd.DataFrame, summary: pd.DataFr
                      "this_run": chosen["model"].iloc[0] if len(chosen) else "not run", "pair": pair})
         alpha = sat["alpha"].iloc[0] if len(sat) else None
         rows.append({"quantity": "generalized-saturation alpha (seed-jackknife 95% interval)",
-                     "paper": f"{f8['alpha']} (one seed)",
+                     "paper": f"{f8['alpha']} ({f8.get('alpha_stability', 'seed jackknife')})",
                      "this_run": (f"{float(alpha):.3f} [{float(sat['alpha_lower'].iloc[0]):.3f}, "
                                   f"{float(sat['alpha_upper'].iloc[0]):.3f}]")
                      if alpha is not None and not pd.isna(alpha) else "not run", "pair": pair})
@@ -118,7 +119,7 @@ def verdicts(summary: pd.DataFrame, fits: pd.DataFrame | None) -> list[str]:
         if chosen is not None and len(chosen) and not pd.isna(chosen["alpha"].iloc[0]):
             c = chosen.iloc[0]
             text += (f", alpha {float(c['alpha']):.3f} (seed jackknife 95% [{float(c['alpha_lower']):.3f}, "
-                     f"{float(c['alpha_upper']):.3f}]; halves {float(c['alpha_low_half']):.3f} / "
+                     f"{float(c['alpha_upper']):.3f}]; disjoint half ranges {float(c['alpha_low_half']):.3f} / "
                      f"{float(c['alpha_high_half']):.3f})")
         lines.append(text + ".")
     return lines
@@ -134,7 +135,7 @@ def _figures(table: pd.DataFrame, paper: Mapping[str, Any], device: str, sources
             for pair, g in table.groupby("pair", sort=True)}
     tail[f"paper FP8 ({paper['device']})"] = [(float(a["k"]), a["ge2_ulp_share_percent"] / 100, math.nan, math.nan)
                                              for a in at]
-    note = f"This run: {device}; the paper's sweep ran on {paper['device']} (one seed). Bars: min-max over seeds."
+    note = f"This run: {device}; the paper's sweep ran on {paper['device']}. Bars: min-max over seeds."
     hollow = [f"paper FP8 ({paper['device']})"]
     return [
         Figure("ksweep-prevalence", f"Share of differing output elements against K, both formats, on {device}",

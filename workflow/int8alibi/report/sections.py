@@ -1,7 +1,9 @@
 """The report's sections. Each reads its Parquet tables and returns blocks; nothing is typed in.
 
-A table that a run did not produce (e.g. the optional tokens stage) gives a one-line note saying
-so, never an empty table that could be read as "nothing found".
+A section shows what a reader needs on the main page (summaries, charts) and puts its per-row tables
+(per layer, per cell, per bin) in the appendix, each with its source. A table that a run did not
+produce (e.g. the optional tokens stage) gives a one-line note saying so, never an empty table that
+could be read as "nothing found".
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pandas as pd
 from ..provenance.hashing import sha256_file
 from ..provenance.parquet import read_table
 from . import svg
-from .document import Block, Figure, Heading, Paragraph, Source, Table
+from .document import Block, Document, Figure, Heading, Paragraph, Source, Table
 
 
 @dataclass(frozen=True)
@@ -40,17 +42,18 @@ def _missing(rel: str) -> Paragraph:
     return Paragraph(f"Not in this run: {rel} was not produced.")
 
 
-def run_facts(t: Tables) -> list[Block]:
+def run_facts(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Protocol in force")]
     got = t.get("protocol/pins.parquet")
     if got is None:
         return blocks + [_missing("protocol/pins.parquet")]
     pins, src = got
-    blocks.append(Table("Pinned protocol files and data", pins, (src,)))
-    return blocks
+    ref = doc.add_appendix("Pinned protocol files and data", pins, (src,))
+    return blocks + [Paragraph(f"{len(pins)} protocol files and data artifacts are pinned (each with its SHA-256: "
+                               f"appendix {ref}); every stage checked them before it ran.")]
 
 
-def requant(t: Tables) -> list[Block]:
+def requant(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Requantization gate")]
     got = t.get("requant/gate.parquet")
     if got is None:
@@ -69,7 +72,8 @@ def requant(t: Tables) -> list[Block]:
         clipped=("clipped", lambda s: int(s.fillna(0).sum())),
         saturated=("saturated", "sum"),
     ).reset_index()
-    blocks.append(Table("Per arm: layers byte-equal to the gate's reference, clipping and saturation", summary, (src,)))
+    blocks.append(Table("Per arm: layers byte-equal to the gate's reference, clipping and saturation", summary, (src,),
+                        labels=(("clipped", "clipped weights"), ("saturated", "saturated weights"))))
     blocks.append(_gate_reference(gate))
     blocks += _division(t, gate, src)
     return blocks
@@ -114,23 +118,32 @@ def _division(t: Tables, gate: pd.DataFrame, src: Source) -> list[Block]:
                   (src,))]
 
 
-def agreement(t: Tables) -> list[Block]:
+COMPARE_COLUMNS = ["setting", "phase", "layers", "layers_identical", "layers_differing", "differing_per_million",
+                   "max_ulp", "prediction_held", "prediction_failed"]
+LAYER_ERROR_COLUMNS = ["differing_near_zero", "differing_non_near_zero", "max_normalized_error"]
+
+
+def agreement(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Per-layer agreement between the two arms")]
     got = t.get("compare/summary.parquet")
     if got is None:
         return blocks + [_missing("compare/summary.parquet")]
     summary, src = got
-    blocks.append(Table("Layers identical / differing and max ulp, per setting and phase", summary, (src,)))
+    columns = COMPARE_COLUMNS + [c for c in LAYER_ERROR_COLUMNS if c in summary.columns]
+    blocks.append(Table("Layers identical / differing, differing elements per million, max ulp and the pinned pow2 "
+                        "predictions, per setting and phase", summary[columns], (src,)))
     layers = t.get("compare/layers.parquet")
     if layers is not None:
         df, lsrc = layers
         failed = df[df["prediction_held"] == "no"]
-        blocks.append(Paragraph(
-            f"Pinned pow2 predictions that failed: {len(failed)} of "
-            f"{int((df['prediction_held'] != 'n.a.').sum())} layer comparisons that carry one."))
-        if len(failed):
-            blocks.append(Table("Layers whose bitwise prediction failed", failed[
-                ["setting", "phase", "layer", "differing", "max_finite_ulp"]], (lsrc,)))
+        text = (f"Pinned pow2 predictions that failed: {len(failed)} of "
+                f"{int((df['prediction_held'] != 'n.a.').sum())} layer comparisons that carry one.")
+        shown = [c for c in ("setting", "phase", "layer", "k", "n", "differing", "max_finite_ulp", "reference_rms",
+                             "max_normalized_error", "rms_normalized_error", "near_zero_elements",
+                             "differing_near_zero", "prediction_held") if c in df.columns]
+        ref = doc.add_appendix("Every layer comparison: differing elements, max ulp, float64 errors normalized by the "
+                               "reference RMS, near-zero split", df[shown], (lsrc,))
+        blocks.append(Paragraph(f"{text} Every layer comparison: appendix {ref}."))
     pred = t.get("prediction/predictions.parquet")
     if pred is not None:
         df, psrc = pred
@@ -145,9 +158,10 @@ def agreement(t: Tables) -> list[Block]:
             finite = per_block.replace([np.inf, -np.inf], np.nan)
             blocks.append(Figure(
                 "headroom", "Smallest headroom below 2^24 per block (bits, prefill)",
-                svg.bar_chart("Headroom below 2^24 (bits), min over the block's layers",
+                svg.bar_chart("Headroom below 2^24, min over the block's layers",
                               [f"block {b}" for b in per_block.index],
-                              [float(v) if math.isfinite(v) else 0.0 for v in finite.fillna(0.0)]),
+                              [float(v) if math.isfinite(v) else 0.0 for v in finite.fillna(0.0)],
+                              x_label="headroom below 2^24 (bits)", y_label="transformer block"),
                 (psrc,)))
     return blocks
 
@@ -156,8 +170,11 @@ def _definition_caption(name: str) -> str:
     return {"stated": "stated rule (analysis.yaml)", "paper": "paper-figure definition (paper.yaml)"}.get(name, name)
 
 
-def faults(t: Tables) -> list[Block]:
-    blocks: list[Block] = [Heading("Fault campaign")]
+DECISION_COLUMNS = ["rule", "definition", "faults", "counted_cells", "caught_cells", "caught_by", "verdict"]
+
+
+def faults(t: Tables, doc: Document) -> list[Block]:
+    blocks: list[Block] = [Heading("Fault campaign (checks 1–6, layer level)")]
     got = t.get("faults/detection.parquet")
     if got is None:
         return blocks + [_missing("faults/detection.parquet")]
@@ -176,24 +193,25 @@ def faults(t: Tables) -> list[Block]:
     dec = t.get("faults/decisions.parquet")
     if dec is not None:
         df, decsrc = dec
-        blocks.append(Table("Decision rules evaluated on the campaign (D1: narrow the claim if no check catches an "
-                            "epilogue fault)", df, (decsrc,)))
+        blocks.append(Table("Decision rule D1 as registered (strict reading: any check, any regime); the real-scale "
+                            "reading is in the findings", df[[c for c in DECISION_COLUMNS if c in df.columns]],
+                            (decsrc,)))
     for definition in sorted(detection["definition"].unique(), reverse=True):
         part = detection[detection["definition"] == definition].drop(columns="definition")
         blocks.append(Table(f"Detection by fault (F4 split by regime), {_definition_caption(definition)}", part, (dsrc,)))
+    refs = []
     score = t.get("faults/scorecard.parquet")
     if score is not None:
         df, ssrc = score
-        for definition in sorted(df["definition"].unique(), reverse=True):
-            for matrix in df.loc[df["definition"] == definition, "matrix"].unique():
-                part = df[(df["definition"] == definition) & (df["matrix"] == matrix)].drop(
-                    columns=["definition", "matrix"])
-                blocks.append(Table(f"Scorecard, {matrix} matrix, {_definition_caption(definition)}", part, (ssrc,)))
+        refs.append(doc.add_appendix("Scorecard per definition, matrix and check", df, (ssrc,)))
     fl = t.get("faults/flips.parquet")
     if fl is not None:
         df, fsrc = fl
-        blocks.append(Table("Predictions that differ between a definition's two matrices: cell rows and how many "
-                            "change score", df, (fsrc,)))
+        refs.append(doc.add_appendix("Predictions that differ between a definition's two matrices: cell rows and how "
+                                     "many change score", df, (fsrc,)))
+    if refs:
+        blocks.append(Paragraph(f"Scorecards per check and the predictions the two matrices disagree on: appendix "
+                                f"{', '.join(refs)}."))
     ulp = t.get("faults/ulp_distribution.parquet")
     if ulp is not None:
         df, usrc = ulp
@@ -206,7 +224,8 @@ def faults(t: Tables) -> list[Block]:
                                                     aggfunc="sum", fill_value=0)
         series = {b: [int(v) for v in pivot[b]] for b in buckets if b in pivot}
         blocks.append(Figure("ulp", "Cells by max ulp between the arms, per fault (buckets grow by powers of 16)",
-                             svg.stacked_bars("Cells by max ulp (arm A vs arm B)", list(pivot.index), series),
+                             svg.stacked_bars("Cells by max ulp (arm A vs arm B)", list(pivot.index), series,
+                                              x_label="cells (count)", y_label="fault"),
                              (usrc,)))
     cells = t.get("faults/cells.parquet")
     if cells is not None:
@@ -215,16 +234,18 @@ def faults(t: Tables) -> list[Block]:
         rate = scored.assign(fired=scored["fired"].astype(float)).pivot_table(
             index="fault", columns="check", values="fired", aggfunc="mean")
         faults_ = sorted(df["fault"].unique())
-        checks = sorted(df["check"].unique())
+        checks = [c for c in sorted(df["check"].unique()) if c != 7]
         grid = [[None if (f not in rate.index or c not in rate.columns or math.isnan(rate.loc[f, c]))
                  else float(rate.loc[f, c]) for c in checks] for f in faults_]
-        blocks.append(Figure("detection", "Fraction of observable, applicable cells where the check fired",
-                             svg.heat_map("Detection heat map (fault × check)", faults_, [str(c) for c in checks], grid),
+        blocks.append(Figure("detection", "Share of observable, applicable cells where the check fired (check 7 is "
+                                          "model level: see the token-level section)",
+                             svg.heat_map("Detection heat map (fault × check)", faults_, [str(c) for c in checks], grid,
+                                          x_label="check", y_label="fault", scale_label="share fired"),
                              (csrc,)))
     return blocks
 
 
-def determinism(t: Tables) -> list[Block]:
+def determinism(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("End-to-end determinism (greedy generation)")]
     got = t.get("determinism/summary.parquet")
     if got is None:
@@ -235,8 +256,11 @@ def determinism(t: Tables) -> list[Block]:
         blocks.append(Paragraph(
             f"Under the rewritten-scale probe (snapped scales, the own int8 weights kept) {summary['probe'].iloc[0]} "
             "sequences are identical across the two arms" + ("." if c is None else
-                                                             f"; the second paper: {' '.join(c['statement'].split())}.")))
-    blocks.append(Table("Identical sequences across arms, per checkpoint; self-consistency", summary, (src,)))
+                                                             f"; the first paper: {c['statement']} ({c['size']}).")))
+    blocks.append(Table("Identical sequences across arms, per checkpoint; self-consistency",
+                        summary.drop(columns=[c for c in ("identity",) if c in summary.columns]), (src,)))
+    if "identity" in summary.columns:
+        blocks.append(Paragraph(f"Identity contract: {summary['identity'].iloc[0]}."))
     agree = t.get("determinism/agreement.parquet")
     if agree is not None:
         df, asrc = agree
@@ -252,7 +276,7 @@ def _paper_rate(t: Tables, claim_id: str) -> str:
     return "not registered" if c is None else f"{c['value']}%"
 
 
-def prefill_decode(t: Tables) -> list[Block]:
+def prefill_decode(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Prefill versus decode on one arm")]
     got = t.get("prefill_decode/prefill_decode.parquet")
     if got is None:
@@ -277,26 +301,48 @@ def prefill_decode(t: Tables) -> list[Block]:
         sentences.append(text + ".")
     blocks.append(Paragraph(
         "Each sequence is decoded greedily with the KV cache and replayed as one prefill on the same arm; a flip is a "
-        "generated position whose top-1 token differs. " + " ".join(sentences) + " The second paper reports "
+        "generated position whose top-1 token differs. " + " ".join(sentences) + " The first paper reports "
         f"{_paper_rate(t, 'prefill-decode-flips-real')} of tokens flipping under real scales and "
         f"{_paper_rate(t, 'prefill-decode-flips-probe')} under the probe, not attributed to a module; here the first "
         "differing intermediate is named (every module traced at the first position whose logits differ)."))
+    shown = [c for c in ("checkpoint", "arm", "sequences", "positions", "differing_positions", "flips", "flip_rate",
+                         "flip_rate_low", "flip_rate_high") if c in table.columns]
     blocks.append(Table("Prefill versus decode per checkpoint and arm: flips with a sequence-cluster interval",
-                        table, (src,)))
+                        table[shown], (src,)))
     if seqs is not None:
-        blocks.append(Table("First diverging module per sequence (execution order; empty where nothing differs)",
-                            seqs[0], (seqs[1],)))
+        ref = doc.add_appendix("First diverging module per sequence (execution order; empty where nothing differs)",
+                               seqs[0], (seqs[1],))
+        blocks.append(Paragraph(f"First diverging module per sequence: appendix {ref}."))
     return blocks
 
 
-def perplexity(t: Tables) -> list[Block]:
+def _percent(value: object, digits: int = 2) -> str:
+    if value is None or pd.isna(value):
+        return "—"
+    return f"{100 * float(value):+.{digits}f}%"
+
+
+def perplexity_display(summary: pd.DataFrame) -> pd.DataFrame:
+    """The perplexity summary for people: changes and shares as percents, the interval as one cell."""
+    rows = []
+    for r in summary.itertuples():
+        ratio = str(r.quantity).startswith(("relative_change", "hypothesis", "gate", "mismatch", "constraint"))
+        value = _percent(r.value) if ratio else ("—" if pd.isna(r.value) else f"{float(r.value):.4g}")
+        interval = ("—" if pd.isna(r.low) or pd.isna(r.high) else
+                    f"[{_percent(r.low)}, {_percent(r.high)}]" if ratio else f"[{float(r.low):.4g}, {float(r.high):.4g}]")
+        rows.append({"quantity": r.quantity, "arm": r.arm, "value": value, "interval": interval,
+                     "verdict": "—" if r.verdict is None or pd.isna(r.verdict) else str(r.verdict)})
+    return pd.DataFrame(rows)
+
+
+def perplexity(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Perplexity cost of power-of-two scales")]
     got = t.get("perplexity/summary.parquet")
     if got is None:
         return blocks + [_missing("perplexity/summary.parquet")]
     summary, src = got
-    blocks.append(Table("Perplexity, relative change vs own (paired bootstrap), decomposition, H1, G1",
-                        summary, (src,)))
+    blocks.append(Table("Perplexity: relative change vs own in percent (90% paired bootstrap interval), the "
+                        "decomposition of the probe's cost, H1 and G1", perplexity_display(summary), (src,)))
     change = summary[(summary["quantity"] == "relative_change_vs_own") & summary["low"].notna()
                      & summary["high"].notna()]
     # One panel per scale: the probe's cost (weight-scale mismatch) is orders of magnitude above the
@@ -311,38 +357,88 @@ def perplexity(t: Tables) -> list[Block]:
                                  svg.interval_plot("Relative perplexity change vs own (%)", labels,
                                                    (100 * part["value"].astype(float)).tolist(),
                                                    (100 * part["low"].astype(float)).tolist(),
-                                                   (100 * part["high"].astype(float)).tolist(), unit="%"),
+                                                   (100 * part["high"].astype(float)).tolist(), unit="%",
+                                                   x_label="relative perplexity change vs own (%)", y_label="arm"),
                                  (src,)))
     return blocks
 
 
-def tokens(t: Tables) -> list[Block]:
-    blocks: list[Block] = [Heading("Token-level check 7")]
-    found = False
-    for rel, caption in [("tokens/pairs.parquet", "Flip rate per arm pair and checkpoint"),
-                         ("tokens/predictor.parquet", "Margin as a predictor of flips: ROC-AUC and Brier"),
-                         ("tokens/check7.parquet", "Check 7 under end-to-end fault injection")]:
-        got = t.get(rel)
-        if got is not None:
-            found = True
-            blocks.append(Table(caption, got[0], (got[1],)))
-    return blocks if found else blocks + [_missing("tokens/")]
+PAIRS_COLUMNS = ["regime", "arm_a", "arm_b", "windows", "positions", "differing_positions", "flips", "flip_rate",
+                 "flip_rate_low", "flip_rate_high", "confident_flips", "prediction", "score"]
+CHECK7_COLUMNS = ["fault", "severity", "regime", "positions", "changed_positions", "flips", "confident_flips",
+                  "fraction", "fired", "prediction", "predicted_miss", "score"]
 
 
-def stage_times(t: Tables, benchmarks: Path) -> list[Block]:
-    blocks: list[Block] = [Heading("Stage times (Snakemake benchmark files)")]
-    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.exists() else []
-    if not files:
-        return blocks + [Paragraph(f"No benchmark files under {benchmarks}.")]
-    rows = []
-    for f in files:
-        df = pd.read_csv(f, sep="\t")
-        rows.append({"rule": str(f.relative_to(benchmarks).with_suffix("")), "seconds": float(df["s"].iloc[0]),
-                     "max_rss_mb": float(df["max_rss"].iloc[0]) if "max_rss" in df else float("nan")})
-    frame = pd.DataFrame(rows)
-    src = Source(str(benchmarks), "per-file; timings are not part of any digest")
-    total = Paragraph(f"Sum of stage times: {frame['seconds'].sum():.1f} s over {len(frame)} jobs.")
-    return blocks + [Table("Wall time per job", frame, (src,)), total]
+def _predictor_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """The kernel pair's whole-comparison predictor quantities, one row each."""
+    part = df[(df["comparison"] == "kernels") & (df["bin"] == 0)]
+    return part[["regime", "quantity", "value", "low", "high", "positions", "flips", "windows", "detail"]]
+
+
+def tokens(t: Tables, doc: Document) -> list[Block]:
+    blocks: list[Block] = [Heading("Token-level check 7 (this project's rule; the papers left it unmeasured)")]
+    pairs = t.get("tokens/pairs.parquet")
+    if pairs is None:
+        return blocks + [_missing("tokens/")]
+    blocks.append(Paragraph(
+        "The papers registered check 7 (token-level risk on logit margins) but measured nothing for it; the rule "
+        "applied here is this project's own (tokens.yaml: it fires when more than the flip budget of teacher-forced "
+        "positions flip top-1, or when any position with a reference margin of at least one logit flips)."))
+    blocks.append(Table("The kernel pair per regime: teacher-forced top-1 flips with a window-cluster interval, and "
+                        "check 7", pairs[0][[c for c in PAIRS_COLUMNS if c in pairs[0].columns]], (pairs[1],)))
+    predictor = t.get("tokens/predictor.parquet")
+    if predictor is not None:
+        df, psrc = predictor
+        blocks.append(Table("Margin as a predictor of flips (kernel pair): ROC-AUC, average precision, held-out Brier "
+                            "of the binned map, the isotonic sensitivity map and the constant baseline",
+                            _predictor_summary(df), (psrc,)))
+        ref = doc.add_appendix("Every predictor quantity, map bins and injection comparisons included", df, (psrc,))
+        blocks.append(Paragraph(f"Every comparison's predictor rows and calibration bins: appendix {ref}."))
+    influence = t.get("tokens/influence.parquet")
+    if influence is not None:
+        df, isrc = influence
+        if len(df):
+            worst = df.loc[df["auc_change"].abs().fillna(-1).groupby([df["comparison"], df["regime"]]).idxmax().dropna()]
+            kern = worst[worst["comparison"] == "kernels"]
+            text = "; ".join(f"{r.regime}: leaving out window {int(r.window)} moves the AUC by "
+                             f"{'—' if pd.isna(r.auc_change) else f'{float(r.auc_change):+.3f}'} and the flip rate by "
+                             f"{100 * float(r.flip_rate_change):+.2f} points" for r in kern.itertuples())
+            ref = doc.add_appendix("Leave-one-window-out influence on the AUC and the flip rate", df, (isrc,))
+            blocks.append(Paragraph(f"Largest leave-one-window-out influence on the kernel pair: {text or 'none'} "
+                                    f"(every window: appendix {ref})."))
+    check7 = t.get("tokens/check7.parquet")
+    if check7 is not None:
+        df, csrc = check7
+        counts = df["score"].value_counts()
+        ref = doc.add_appendix("Check 7 under end-to-end fault injection, per cell", df[[c for c in CHECK7_COLUMNS
+                                                                                            if c in df.columns]],
+                               (csrc,))
+        blocks.append(Paragraph("Check 7 under end-to-end fault injection: " + ", ".join(
+            f"{k} {int(v)}" for k, v in sorted(counts.items())) + f" (per cell: appendix {ref})."))
+    return blocks
+
+
+GLOSSARY = [
+    ("TP / FN", "a cell predicted to fire whose check fired / stayed silent (FN: a missed detection)"),
+    ("FP / TN", "a cell predicted silent whose check fired / stayed silent (FP: a false alarm)"),
+    ("observable, unobservable", "a cell is observable when its fault changed some output element; an "
+                                 "unobservable cell cannot be detected by comparing outputs and enters no rate"),
+    ("not applicable", "the check does not apply to the cell (e.g. check 5 needs every scale to be a power of two); "
+                       "never counted as a pass"),
+    ("ulp", "unit in the last place: the distance between two bf16 values counted in representable steps "
+            "(1 ulp = adjacent values)"),
+    ("pow2", "power-of-two scales: every scale snapped to 2^n (nearest or ceiling), which makes the scale "
+             "multiplications exact"),
+    ("probe", "the rewritten-scale checkpoint: scales snapped to powers of two, the old int8 weights kept"),
+    ("emulated arm", "an exact CPU emulation of a kernel's arithmetic and epilogue order, not the kernel binary"),
+    ("[IA], [PT]", "the two papers: arXiv:2608.13756 (localizing cross-kernel divergence) and arXiv:2609.00363 "
+                   "(power-of-two scales and the limits of tolerance-based conformance)"),
+]
+
+
+def glossary() -> list[Block]:
+    frame = pd.DataFrame([{"term": term, "meaning": meaning} for term, meaning in GLOSSARY])
+    return [Heading("Glossary"), Table("Terms used in this report", frame, ())]
 
 
 SECTIONS = [run_facts, requant, agreement, faults, determinism, prefill_decode, perplexity, tokens]

@@ -79,6 +79,13 @@ LAYERS_SCHEMA = pa.schema([
     pa.field("predicted_bitwise", pa.bool_(), nullable=True),  # null under real scales: no claim
     pa.field("prediction_held", pa.string(), nullable=False),  # yes | no | n.a.
     pa.field("exploratory", pa.bool_(), nullable=False),
+    # analysis.yaml layer_errors (float64; null where no finite pair or a zero RMS leaves nothing to normalize by)
+    pa.field("reference_rms", pa.float64(), nullable=True),
+    pa.field("max_normalized_error", pa.float64(), nullable=True),
+    pa.field("rms_normalized_error", pa.float64(), nullable=True),
+    pa.field("near_zero_elements", pa.int64(), nullable=False),
+    pa.field("differing_near_zero", pa.int64(), nullable=False),
+    pa.field("differing_non_near_zero", pa.int64(), nullable=False),
 ])
 LAYERS_KEY = ["setting", "phase", "layer"]
 
@@ -100,6 +107,10 @@ SUMMARY_SCHEMA = pa.schema([
     pa.field("prediction_held", pa.int64(), nullable=False),
     pa.field("prediction_failed", pa.int64(), nullable=False),
     pa.field("exploratory", pa.bool_(), nullable=False),
+    pa.field("near_zero_elements", pa.int64(), nullable=False),
+    pa.field("differing_near_zero", pa.int64(), nullable=False),
+    pa.field("differing_non_near_zero", pa.int64(), nullable=False),
+    pa.field("max_normalized_error", pa.float64(), nullable=True),
 ])
 SUMMARY_KEY = ["setting", "phase"]
 
@@ -154,15 +165,44 @@ def held(predicted: bool | None, identical: bool) -> str:
     return "yes" if identical else "no"
 
 
-def compare_layer(op: Operands, arm_a: Arm, arm_b: Arm, device: torch.device) -> dict[str, Any]:
-    """Both arms on the same operands (moved to ``device``) and the bitwise/ulp comparison."""
+def layer_errors(y_a: torch.Tensor, y_b: torch.Tensor, near_zero_fraction: float) -> dict[str, Any]:
+    """analysis.yaml ``layer_errors``: float64 errors normalized by the RMS of arm A's finite outputs,
+    and the differing elements split at ``|a| < near_zero_fraction * rms`` (a = 0 included).
+
+    Only pairs where both values are finite enter; with none, or an RMS of zero, the normalized
+    errors are None. Differing means different bit patterns (signed zeros count), as in the layers table.
+    """
+    a, b = y_a.double(), y_b.double()
+    finite_a = torch.isfinite(a)
+    pair = finite_a & torch.isfinite(b)
+    rms = float(torch.sqrt(torch.mean(a[finite_a] ** 2))) if bool(finite_a.any()) else None
+    differ = y_a.view(torch.int16) != y_b.view(torch.int16)
+    threshold = near_zero_fraction * (rms or 0.0)
+    near = pair & ((a.abs() < threshold) | (a == 0))
+    out: dict[str, Any] = {"reference_rms": rms, "max_normalized_error": None, "rms_normalized_error": None,
+                           "near_zero_elements": int(near.sum()),
+                           "differing_near_zero": int((differ & near).sum()),
+                           "differing_non_near_zero": int((differ & pair & ~near).sum())}
+    if rms and bool(pair.any()):
+        error = (a[pair] - b[pair]).abs() / rms
+        out["max_normalized_error"] = float(error.max())
+        out["rms_normalized_error"] = float(torch.sqrt(torch.mean(error ** 2)))
+    return out
+
+
+def compare_layer(op: Operands, arm_a: Arm, arm_b: Arm, device: torch.device,
+                  near_zero_fraction: float) -> dict[str, Any]:
+    """Both arms on the same operands (moved to ``device``): the bitwise/ulp comparison and the
+    normalized float64 errors with the near-zero split."""
     args = (op.a_q.to(device), op.w_q.to(device), op.s_a.to(device), op.s_w.to(device))
-    result = compare_bf16(arm_a.scaled_mm(*args), arm_b.scaled_mm(*args))
+    y_a, y_b = arm_a.scaled_mm(*args), arm_b.scaled_mm(*args)
+    result = compare_bf16(y_a, y_b)
     return {
         "elements": result.elements, "differing": result.differing, "identical": result.differing == 0,
         "max_finite_ulp": result.max_finite_ulp, "finite_pairs": result.finite_pairs,
         "nonfinite_a": result.nonfinite_a, "nonfinite_b": result.nonfinite_b,
         "subnormal_a": result.subnormal_a, "subnormal_b": result.subnormal_b,
+        **layer_errors(y_a, y_b, near_zero_fraction),
     }
 
 
@@ -173,12 +213,14 @@ def settings_for(checkpoint: str) -> list[str]:
 
 
 def layer_rows(op: Operands, digest: str, checkpoint: str, phase: str, predicted: bool | None,
-               arm_a: Arm, arm_b: Arm, device: torch.device, exploratory: bool) -> list[dict[str, Any]]:
+               arm_a: Arm, arm_b: Arm, device: torch.device, exploratory: bool,
+               near_zero_fraction: float) -> list[dict[str, Any]]:
     """The layers-table rows of one captured layer: one per setting that uses its checkpoint."""
     rows = []
     for setting in settings_for(checkpoint):
         claim = predicted if setting != "real" else None
-        row = compare_layer(snap_operands(op) if SETTINGS[setting][1] else op, arm_a, arm_b, device)
+        row = compare_layer(snap_operands(op) if SETTINGS[setting][1] else op, arm_a, arm_b, device,
+                            near_zero_fraction)
         row.update(setting=setting, phase=phase, layer=op.layer, checkpoint=checkpoint, block=int(op.block),
                    proj=op.proj, m=int(op.m), k=int(op.k), n=int(op.n), operand_digest=digest,
                    arm_a=arm_a.name, arm_b=arm_b.name, predicted_bitwise=claim,
@@ -209,6 +251,11 @@ def summarize(layers: pd.DataFrame, exploratory: bool) -> pd.DataFrame:
             "prediction_held": int((group["prediction_held"] == "yes").sum()),
             "prediction_failed": int((group["prediction_held"] == "no").sum()),
             "exploratory": exploratory,
+            "near_zero_elements": int(group["near_zero_elements"].sum()),
+            "differing_near_zero": int(group["differing_near_zero"].sum()),
+            "differing_non_near_zero": int(group["differing_non_near_zero"].sum()),
+            "max_normalized_error": (float(group["max_normalized_error"].max())
+                                     if group["max_normalized_error"].notna().any() else None),
         })
     return pd.DataFrame(rows, columns=SUMMARY_SCHEMA.names)
 
@@ -218,6 +265,8 @@ def _layers_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     # keep None as a null (not NaN) in the nullable integer and boolean columns
     frame["max_finite_ulp"] = pd.array(frame["max_finite_ulp"].tolist(), dtype="Int64")
     frame["predicted_bitwise"] = pd.array(frame["predicted_bitwise"].tolist(), dtype="boolean")
+    for column in ("reference_rms", "max_normalized_error", "rms_normalized_error"):
+        frame[column] = pd.array(frame[column].tolist(), dtype="Float64")
     return frame
 
 
@@ -226,6 +275,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: Path, exploratory: bool) -
     layers = _layers_frame(rows)
     summary = summarize(layers, exploratory)
     summary["max_ulp"] = pd.array(summary["max_ulp"].tolist(), dtype="Int64")
+    summary["max_normalized_error"] = pd.array(summary["max_normalized_error"].tolist(), dtype="Float64")
     layers_path = write_table(layers, Path(out_dir) / "layers.parquet", LAYERS_SCHEMA, LAYERS_KEY)
     summary_path = write_table(summary, Path(out_dir) / "summary.parquet", SUMMARY_SCHEMA, SUMMARY_KEY)
     return layers_path, summary_path, summary
@@ -262,6 +312,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
     if missing:
         raise InputError(f"{index}: no captured operands for checkpoint(s) {missing}")
     predicted = _pow2_predictions(predictions, frame)
+    fraction = near_zero_fraction(root)
     device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
     rows: list[dict[str, Any]] = []
     for checkpoint, phase in sorted(set(zip(frame["checkpoint"], frame["phase"]))):
@@ -269,18 +320,27 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
         for entry, op in tqdm(iter_index_operands(index, checkpoint, phase), total=total, unit="layer",
                               desc=f"compare {checkpoint}/{phase}"):
             rows.extend(layer_rows(op, entry.operand_digest, checkpoint, phase,
-                                   predicted[(checkpoint, phase, op.layer)], arm_a, arm_b, device, exploratory))
+                                   predicted[(checkpoint, phase, op.layer)], arm_a, arm_b, device, exploratory,
+                                   fraction))
     layers_path, summary_path, summary = write_tables(rows, out_dir, exploratory)
     _log_summary(summary)
     write_manifest(
         out_dir, stage="compare", outputs={"layers": layers_path, "summary": summary_path},
         inputs={"index": index, "predictions": predictions, **index_inputs(index)},
-        params={"arms": cfg["arms"], "device": str(device), "settings": _settings_record()},
+        params={"arms": cfg["arms"], "device": str(device), "settings": _settings_record(),
+                "near_zero_fraction": fraction},
         arms=[arm_a.evidence(), arm_b.evidence()], exploratory=exploratory,
         protocol_root=root / "preregistration", device=device,
         extra={"selection": selection, "prediction_pin": {**status, "pin_name": PIN_NAME},
                "prediction_failures": int(summary["prediction_failed"].sum())},
     )
+
+
+def near_zero_fraction(project_root: Path) -> float:
+    """analysis.yaml ``layer_errors.near_zero_fraction`` of the protocol under ``project_root``."""
+    from ..protocol import load
+
+    return float(load(Path(project_root) / "preregistration").analysis["layer_errors"]["near_zero_fraction"])
 
 
 def _settings_record() -> dict[str, dict[str, Any]]:
@@ -308,13 +368,14 @@ def compare_synthetic(shapes: str | ModelShapes, m: int, arms: str | list[str], 
     """
     torch_device = resolve_device(device)
     arm_a, arm_b, selection = select(arms, torch_device)
+    fraction = near_zero_fraction(Path(project_root))
     rows: list[dict[str, Any]] = []
     for phase, rows_m, phase_seed in (("prefill", m, seed), ("decode", 1, seed + 1)):
         layers = synthetic_layers(shapes, m=rows_m, seed=phase_seed, blocks=blocks)
         for op in tqdm(layers, desc=f"compare synthetic/{phase}", unit="layer"):
             predicted = bool(predict_layer(op, POW2_SETTING["own"], torch_device)["predicted_bitwise_pow2"])
             rows.extend(layer_rows(op, operand_digest(op), SYNTHETIC, phase, predicted,
-                                   arm_a, arm_b, torch_device, True))
+                                   arm_a, arm_b, torch_device, True, fraction))
     out_dir = Path(out_dir)
     layers_path, summary_path, summary = write_tables(rows, out_dir, True)
     _log_summary(summary)

@@ -185,15 +185,21 @@ def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str,
     return counts, ulps, evidence
 
 
+def half_ranges(k: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two disjoint half ranges of ksweep.yaml: K <= split and K > split (no point in both)."""
+    return k <= split, k > split
+
+
 def _alpha_fits(model: str, k: np.ndarray, p: np.ndarray, seeds: np.ndarray, split: int,
                 level: float, alpha: float) -> dict[str, Any]:
-    """The exponent's seed jackknife interval, half-range refits and leave-one-K-out range."""
+    """The exponent's seed jackknife interval, disjoint half-range refits and leave-one-K-out range."""
     loo = [fitting.fit(model, k[seeds != s], p[seeds != s]).params["alpha"] for s in np.unique(seeds)]
     se, lower, upper = fitting.jackknife(loo, alpha, level)
     by_k = [fitting.fit(model, k[k != kk], p[k != kk]).params["alpha"] for kk in np.unique(k)]
+    low, high = half_ranges(k, split)
     return {"alpha_jackknife_se": se, "alpha_lower": lower, "alpha_upper": upper,
-            "alpha_low_half": fitting.fit(model, k[k <= split], p[k <= split]).params["alpha"],
-            "alpha_high_half": fitting.fit(model, k[k >= split], p[k >= split]).params["alpha"],
+            "alpha_low_half": fitting.fit(model, k[low], p[low]).params["alpha"],
+            "alpha_high_half": fitting.fit(model, k[high], p[high]).params["alpha"],
             "alpha_leave_k_min": min(by_k), "alpha_leave_k_max": max(by_k)}
 
 

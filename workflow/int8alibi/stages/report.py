@@ -1,14 +1,18 @@
-"""Stage 10, report: the study's tables and figures as one Markdown and one self-contained HTML file.
+"""Stage 10, report: the study's tables and figures as one Markdown and one self-contained HTML file,
+with an appendix (appendix.md, appendix.html) holding the per-row tables the main page links to.
 
 Every number comes from a Parquet table under ``results`` (or a pinned protocol file); every table
-and figure names its source file and SHA-256. The first screen is the findings summary and the
-papers' values beside this run (preregistration/paper.yaml). Stage wall times come from
-Snakemake's benchmark files.
+and figure names its source file and SHA-256. The first screen is the run's setup beside the papers',
+the findings and the papers' values beside this run (preregistration/paper.yaml). The report's bytes
+depend only on those inputs, so rerunning it on the same results gives the same files and root
+digest: stage wall times (Snakemake's benchmark files) go to the log, never into the report.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pandas as pd
 
 from ..config import Config
 from ..protocol import load
@@ -28,37 +32,61 @@ def _resolution(cfg: Config) -> str:
     block = cfg.resolution
     if block is None:
         return f"arms: {cfg['arms']}; device: {cfg['device']} (as the config names them)"
-    arm_a, arm_b = block["arms"]
-    return (f"arms: {arm_a} vs {arm_b} on {block['device']} (config: arms {block['spec']['arms']}, device "
-            f"{block['spec']['device']}; resolved once on host {block['host']}: {block['reason']['device']}; "
-            f"{block['reason']['arms']})")
+    return (f"{block['device']} (config: arms {_plain(block['spec']['arms'])}, device {block['spec']['device']}; "
+            f"resolved once when the run was planned, on host {block['host']}: {block['reason']['device']})")
+
+
+def _plain(value: object) -> str:
+    return " vs ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def log_stage_times(benchmarks: Path) -> None:
+    """Each job's wall time from Snakemake's benchmark files, to the log only (run-to-run values)."""
+    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.exists() else []
+    for f in files:
+        df = pd.read_csv(f, sep="\t")
+        log.info("stage time %s: %.1f s (max RSS %s MB)", f.relative_to(benchmarks).with_suffix(""),
+                 float(df["s"].iloc[0]), df["max_rss"].iloc[0] if "max_rss" in df else "n/a")
+    if not files:
+        log.info("no benchmark files under %s", benchmarks)
+
+
+def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistration")) -> document.Document:
+    """The report document for the run under ``results`` (pure: reads tables and protocol files only)."""
+    exploratory = _exploratory(results)
+    protocol = load(protocol_root)
+    emulated = summary.emulated_arms(results)
+    doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
+    arms = " vs ".join(cfg.resolved_arms)
+    doc.add(document.Paragraph(
+        f"Model: {summary.run_model(cfg)}; size profile: {cfg['size_profile']}; arms: {arms} on "
+        f"{cfg.resolved_device}" + (" (exact emulations, not kernel binaries)" if emulated else "") + ". "
+        + ("EXPLORATORY run: the per-layer predictions were not pinned before comparison." if exploratory else
+           "The per-layer predictions were pinned before compare read them (see the setup for the pin's status).")))
+    tables = sections.Tables(results, tuple(protocol.paper["claims"]))
+    doc.add(*summary.setup(tables, cfg, protocol, _resolution(cfg), emulated))
+    doc.add(*summary.findings(tables, protocol))
+    doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg), bool(emulated)))
+    for section in sections.SECTIONS:
+        doc.add(*section(tables, doc))
+    doc.add(*ksweep.section(tables, protocol.ksweep["paper"]))
+    doc.add(*sections.glossary())
+    doc.add(document.Heading("Appendix"), doc.appendix_links(
+        "Per-row tables, each with its source file and SHA-256, in appendix.html (appendix.md):"))
+    return doc
 
 
 def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Path | None = None) -> None:
     results = Path(results or cfg.results)
     benchmarks = Path(benchmarks) if benchmarks else Path("benchmarks") / ("" if results.name == "results" else results.name)
-    exploratory = _exploratory(results)
-    doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
-    doc.add(document.Paragraph(
-        f"Model: {summary.run_model(cfg)}; size profile: {cfg['size_profile']}; arms: "
-        f"{' vs '.join(cfg.resolved_arms)} on {cfg.resolved_device}; "
-        + ("EXPLORATORY run: predictions were not pinned before comparison." if exploratory
-           else "predictions pinned before comparison.")))
-    protocol = load(Path("preregistration"))
-    tables = sections.Tables(results, tuple(protocol.paper["claims"]))
-    doc.add(*summary.findings(tables, protocol))
-    doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg)))
-    doc.add(document.Heading("This run"), document.Paragraph(f"Model source: {cfg['model']['source']}; {_resolution(cfg)}."))
-    for section in sections.SECTIONS:
-        doc.add(*section(tables))
-    doc.add(*ksweep.section(tables, protocol.ksweep["paper"]))
-    doc.add(*sections.stage_times(tables, benchmarks))
+    doc = build(cfg, results)
     written = document.write(doc, out_dir)
+    log_stage_times(benchmarks)
     # the cross-model view reads reports, never the other way round
     inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name not in ("report", "crossmodel"))
     write_manifest(out_dir, stage="report", outputs=written, inputs=inputs,
                    params={"results": str(results), "resolved": dict(cfg.resolution or {}) or "not resolved"},
-                   exploratory=exploratory)
+                   exploratory=_exploratory(results))
     log.info("report written: %s", ", ".join(p.name for p in written))
 
 

@@ -37,7 +37,8 @@ from ..resolve import stage_arms
 from ..scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, outcome
 from ..tokens.check7 import Check7Result, Check7Rule, evaluate, not_applicable
 from ..tokens.inject import Cell, InjectionArm, cells
-from ..tokens.margin import calibrate, cluster_bootstrap_auc, cluster_bootstrap_rate
+from ..tokens.margin import (average_precision, calibrate, calibrate_isotonic, cluster_bootstrap_auc,
+                            cluster_bootstrap_rate, leave_one_cluster_out)
 from ..tokens.replay import Positions, RowBlockArm, compare, copies_identical, replay_window
 from . import log, stage_main
 
@@ -99,6 +100,19 @@ PREDICTOR_SCHEMA = pa.schema([
     pa.field("detail", pa.string(), nullable=False),
 ])
 PREDICTOR_KEY = ["comparison", "regime", "quantity", "bin"]
+
+INFLUENCE_SCHEMA = pa.schema([
+    pa.field("comparison", pa.string(), nullable=False),
+    pa.field("regime", pa.string(), nullable=False),
+    pa.field("window", pa.int32(), nullable=False),            # the window left out
+    pa.field("positions", pa.int64(), nullable=False),         # its positions with a finite margin
+    pa.field("flips", pa.int64(), nullable=False),
+    pa.field("auc_without", pa.float64(), nullable=True),      # null: the rest has no flip or no non-flip
+    pa.field("auc_change", pa.float64(), nullable=True),       # auc_without - the full-sample AUC
+    pa.field("flip_rate_without", pa.float64(), nullable=True),
+    pa.field("flip_rate_change", pa.float64(), nullable=True),
+])
+INFLUENCE_KEY = ["comparison", "regime", "window"]
 
 CHECK7_SCHEMA = pa.schema([
     pa.field("fault", pa.string(), nullable=False),
@@ -321,14 +335,27 @@ def _predictor_rows(label: str, regime: str, frame: pd.DataFrame, spec: Mapping[
     rows = [{**base, "quantity": "auc", "bin": 0, "value": auc.estimate, "low": auc.low, "high": auc.high,
              "level": auc.level, "positions": len(m), "flips": int(f.sum()), "windows": int(np.unique(w).size),
              "detail": detail + note}]
+    ap = average_precision(m, f)
+    rows.append({**base, "quantity": "average_precision", "bin": 0, "value": ap, "low": None, "high": None,
+                 "level": None, "positions": len(m), "flips": int(f.sum()), "windows": int(np.unique(w).size),
+                 "detail": ("not evaluable: the comparison has no flip" if ap is None else
+                            f"ties grouped (one threshold per distinct margin); prevalence {f.mean():.6g} is the "
+                            "value of an uninformative ranking") + note})
     cal_spec = spec["calibration"]
     cal = calibrate(m, f, w, bins=int(cal_spec["bins"]), min_support=int(cal_spec["min_support"]),
                     prior_flips=float(cal_spec["prior_flips"]), prior_stays=float(cal_spec["prior_stays"]))
+    iso = calibrate_isotonic(m, f, w)
     if isinstance(cal, str):
-        for q in ("brier_map", "brier_baseline"):
+        for q in ("brier_map", "brier_baseline", "brier_isotonic"):
             rows.append({**base, "quantity": q, "bin": 0, "value": None, "low": None, "high": None, "level": None,
                          "positions": 0, "flips": 0, "windows": 0, "detail": cal})
         return rows
+    assert not isinstance(iso, str)  # the same split decides both
+    rows.append({**base, "quantity": "brier_isotonic", "bin": 0, "value": iso.brier, "low": None, "high": None,
+                 "level": None, "positions": cal.held_out_positions, "flips": cal.held_out_flips,
+                 "windows": cal.held_out_windows,
+                 "detail": f"held-out Brier of the decreasing isotonic map ({iso.map.start.size} steps, fitted on even "
+                           "windows, no prior): the pre-specified sensitivity analysis of the binned map"})
     held = {"low": None, "high": None, "level": None, "positions": cal.held_out_positions,
             "flips": cal.held_out_flips, "windows": cal.held_out_windows}
     skill = "undefined (baseline Brier 0)" if cal.skill is None else f"{cal.skill:.6g}"
@@ -361,8 +388,33 @@ def predictor_table(outcomes: Mapping[tuple[str, str], Outcome], spec: Mapping[s
     return pd.DataFrame(rows, columns=PREDICTOR_SCHEMA.names)
 
 
+def influence_table(outcomes: Mapping[tuple[str, str], Outcome]) -> pd.DataFrame:
+    """Leave-one-window-out AUC and flip rate for every comparison the predictor evaluates."""
+    rows: list[dict[str, Any]] = []
+    for (label, regime), out in sorted(outcomes.items()):
+        frame = _frame(out)
+        if frame is None or (label != KERNELS and not frame["flip"].any()):
+            continue
+        finite = frame[np.isfinite(frame["margin"])]
+        if finite.empty:
+            continue
+        got = leave_one_cluster_out(finite["margin"].to_numpy(), finite["flip"].to_numpy(dtype=bool),
+                                    finite["window"].to_numpy(dtype=np.int64))
+        for i, window in enumerate(got.cluster):
+            auc = got.auc_without[i]
+            rate = got.flip_rate_without[i]
+            rows.append({
+                "comparison": label, "regime": regime, "window": int(window), "positions": int(got.positions[i]),
+                "flips": int(got.flips[i]), "auc_without": None if np.isnan(auc) else float(auc),
+                "auc_change": None if np.isnan(auc) or got.auc is None else float(auc) - got.auc,
+                "flip_rate_without": None if np.isnan(rate) else float(rate),
+                "flip_rate_change": None if np.isnan(rate) else float(rate) - got.flip_rate,
+            })
+    return pd.DataFrame(rows, columns=INFLUENCE_SCHEMA.names)
+
+
 def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> None:
-    """Replay, inject, score check 7 and the margin predictor; write four tables and the manifest."""
+    """Replay, inject, score check 7 and the margin predictor; write five tables and the manifest."""
     from ..protocol import load
 
     protocol = load()
@@ -407,6 +459,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
     check7 = check7_table(outcomes, injected, table, rule, regimes)
     pairs = pairs_table(outcomes, list(regimes), (arm_a.name, arm_b.name), spec, rule, boot, regimes)
     predictor = predictor_table(outcomes, spec["predictor"], boot)
+    influence = influence_table(outcomes)
     scores = {s: int((check7["score"] == s).sum()) for s in (*OUTCOMES, UNOBSERVABLE, NOT_APPLICABLE)}
     log.info("tokens: kernel-pair flips %s; check 7 under injection %s",
              dict(zip(pairs["regime"], pairs["flips"])), scores)
@@ -416,6 +469,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
         "pairs": write_table(pairs, out_dir / "pairs.parquet", PAIRS_SCHEMA, PAIRS_KEY),
         "predictor": write_table(predictor, out_dir / "predictor.parquet", PREDICTOR_SCHEMA, PREDICTOR_KEY),
         "check7": write_table(check7, out_dir / "check7.parquet", CHECK7_SCHEMA, CHECK7_KEY),
+        "influence": write_table(influence, out_dir / "influence.parquet", INFLUENCE_SCHEMA, INFLUENCE_KEY),
     }
     inputs: dict[str, Path] = {"gate": gate, **{f"checkpoint:{regimes[r]}": p for r, p in ckpts.items()}}
     if parent is not None:

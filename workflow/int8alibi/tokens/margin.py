@@ -245,3 +245,115 @@ def cluster_bootstrap_rate(events: np.ndarray, totals: np.ndarray, *, seed: int,
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(rates, [tail, 1.0 - tail], method=QUANTILE_METHOD)
     return float(low), float(high)
+
+
+def average_precision(margin: np.ndarray, flip: np.ndarray) -> float | None:
+    """Average precision of small margins for flips, ties grouped; None without a flip.
+
+    Every distinct margin (ascending) is one threshold, so tied positions enter together:
+    ``AP = sum_k (R_k - R_(k-1)) * P_k`` with precision ``P_k`` and recall ``R_k`` of the set of
+    positions whose margin is at most the k-th distinct margin.
+    """
+    m, f = _checked(margin, flip)
+    total = int(f.sum())
+    if total == 0:
+        return None
+    values, index = np.unique(m, return_inverse=True)
+    flips = np.cumsum(np.bincount(index[f], minlength=values.size))
+    seen = np.cumsum(np.bincount(index, minlength=values.size))
+    recall_step = np.diff(np.concatenate([[0], flips])) / total
+    return float(np.sum(recall_step * flips / seen))
+
+
+@dataclass(frozen=True)
+class IsotonicMap:
+    """A non-increasing step function of the margin: ``value[i]`` from ``start[i]`` (a fitting
+    margin) up to the next start; below the first start it is ``value[0]``."""
+
+    start: np.ndarray
+    value: np.ndarray
+
+    def predict(self, margin: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(self.start, np.asarray(margin, dtype=np.float64), side="right") - 1
+        return self.value[np.clip(i, 0, self.start.size - 1)]
+
+
+def fit_isotonic_decreasing(margin: np.ndarray, flip: np.ndarray) -> IsotonicMap:
+    """Decreasing isotonic regression of flip (1/0) on margin by pooling adjacent violators.
+
+    Positions with equal margins are pooled first (one weighted point per distinct margin). Each
+    pass pools every maximal run of blocks whose means increase (each such run is a chain of
+    adjacent violations, so pooling it is a sequence of valid PAVA steps) until none is left.
+    """
+    m, f = _checked(margin, flip)
+    if m.size == 0:
+        raise InputError("isotonic map: no fitting positions")
+    values, index = np.unique(m, return_inverse=True)
+    weight = np.bincount(index, minlength=values.size).astype(np.float64)
+    total = np.bincount(index[f], minlength=values.size).astype(np.float64)
+    start = values
+    while True:
+        mean = total / weight
+        rising = mean[1:] > mean[:-1]
+        if not rising.any():
+            return IsotonicMap(start, mean)
+        # a block joins its left neighbour's group when the neighbour's mean is below its own
+        group = np.cumsum(np.concatenate([[True], ~rising])) - 1
+        weight = np.bincount(group, weights=weight)
+        total = np.bincount(group, weights=total)
+        first = np.concatenate([[True], group[1:] != group[:-1]])
+        start = start[first]
+
+
+@dataclass(frozen=True)
+class IsotonicCalibration:
+    map: IsotonicMap
+    brier: float
+    held_out_positions: int
+
+
+def calibrate_isotonic(margin: np.ndarray, flip: np.ndarray, window: np.ndarray) -> IsotonicCalibration | str:
+    """The isotonic sensitivity map fitted on the even windows, its Brier score on the odd ones."""
+    m, f, w = _checked(margin, flip, window)
+    fit = fit_windows(w)
+    if not fit.any():
+        return "not evaluable: no fitting window (even window index)"
+    if fit.all():
+        return "not evaluable: no held-out window (odd window index)"
+    iso = fit_isotonic_decreasing(m[fit], f[fit])
+    held = ~fit
+    return IsotonicCalibration(iso, brier(iso.predict(m[held]), f[held]), int(held.sum()))
+
+
+@dataclass(frozen=True)
+class Influence:
+    """Per cluster (window), the AUC and flip rate without it and their change from the full sample."""
+
+    cluster: np.ndarray
+    positions: np.ndarray
+    flips: np.ndarray
+    auc_without: np.ndarray      # NaN where the rest has no flip or no non-flip
+    flip_rate_without: np.ndarray  # NaN where the rest has no position
+    auc: float | None
+    flip_rate: float
+
+
+def leave_one_cluster_out(margin: np.ndarray, flip: np.ndarray, cluster: np.ndarray) -> Influence:
+    """AUC and flip rate recomputed with each cluster's positions left out, from per-cluster counts."""
+    m, f, c = _checked(margin, flip, cluster)
+    if m.size == 0:
+        raise InputError("leave-one-cluster-out: no positions")
+    labels, cl = np.unique(c, return_inverse=True)
+    values, u = np.unique(m, return_inverse=True)
+    pos = np.zeros((labels.size, values.size))
+    neg = np.zeros((labels.size, values.size))
+    np.add.at(pos, (cl[f], u[f]), 1.0)
+    np.add.at(neg, (cl[~f], u[~f]), 1.0)
+    auc_without = _auc_from_counts(pos.sum(axis=0) - pos, neg.sum(axis=0) - neg)
+    flips = pos.sum(axis=1)
+    positions = flips + neg.sum(axis=1)
+    rest = positions.sum() - positions
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate_without = np.where(rest > 0, (flips.sum() - flips) / rest, np.nan)
+    return Influence(labels, positions.astype(np.int64), flips.astype(np.int64), auc_without, rate_without,
+                     auc_small_margin(m, f), float(f.mean()))
