@@ -223,7 +223,7 @@ def _specialisation(arg: object) -> object:
     return arg
 
 
-_LAUNCHERS = _Launchers()
+LAUNCHERS = _Launchers()
 
 
 def _cutlass_epilogue_args(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
@@ -239,7 +239,7 @@ def cutlass_epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) ->
     accumulator): the same two float32 multiplies in the same order and the same bf16 rounding on
     integer bits. The caller checks shapes, dtypes and devices."""
     out, grid, args = _cutlass_epilogue_args(acc, s_a, s_w)
-    _LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
+    LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
     return out.view(torch.bfloat16)
 
 
@@ -254,7 +254,7 @@ class CutlassEpiloguePlan:
         direct = self._direct
         if direct is None or acc.data_ptr() % 16:
             out, grid, args = _cutlass_epilogue_args(acc, s_a, s_w)
-            self._direct = _LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
+            self._direct = LAUNCHERS.launch(_cutlass_epilogue_kernel, grid, args)
             return out.view(torch.bfloat16)
         m, n = acc.shape
         out = torch.empty((m, n), dtype=torch.int16, device=acc.device)
@@ -284,7 +284,7 @@ def _launch(
     epilogue = s_a is not None
     out, grid, args = _launch_args(a_q.contiguous(), w_q.contiguous(), s_a.contiguous() if epilogue else None,
                                    s_w.contiguous() if epilogue else None, cfg)
-    _LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out.view(torch.bfloat16) if epilogue else out
 
 
@@ -311,7 +311,7 @@ class _Plan:
         if direct is None:  # the first call: compile (or find) the kernel and keep what a launch needs
             cfg = self.cfg
             out, grid, args = _launch_args(a_q, w_q, s_a, s_w, cfg)
-            self.direct = _LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps,
+            self.direct = LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps,
                                             num_stages=cfg.num_stages)
             self.ints = args[5:]
         else:

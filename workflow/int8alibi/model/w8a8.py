@@ -44,7 +44,7 @@ class W8A8Linear(nn.Module):
             raise InputError(f"W8A8Linear {self.name}: input must be bf16 [..., {self.in_features}], "
                              f"got {x.dtype} {tuple(x.shape)}")
         lead = x.shape[:-1]
-        a_q, s_a = quantize_per_token(x.reshape(-1, self.in_features), what=f"{self.name} input")
+        a_q, s_a = _quantizer(x)(x.reshape(-1, self.in_features), what=f"{self.name} input")
         for tap in self.taps:
             tap(self, a_q, s_a)
         y = self.arm.scaled_mm(a_q, self.w_q, s_a, self.s_w32)
@@ -52,6 +52,16 @@ class W8A8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, arm={getattr(self.arm, 'name', self.arm)}"
+
+
+def _quantizer(x: torch.Tensor) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The activation rule's implementation for ``x``'s device: the torch operations on the CPU, the
+    one-launch Triton kernel (the same bits, tested) on CUDA."""
+    if x.is_cuda:
+        from ..kernels.activation_quant import quantize_per_token_cuda
+
+        return quantize_per_token_cuda
+    return quantize_per_token
 
 
 def quantize_linears(model: nn.Module, mode: Mode = "none", division: Division = "bf16") -> dict[str, QuantizedWeight]:

@@ -1,0 +1,76 @@
+"""vLLM's dynamic per-token int8 activation rule as one Triton kernel: the CUDA path of the W8A8 layers.
+
+``quant.activation.quantize_per_token`` states the rule with torch operations (about a dozen
+launches per call); at decode sizes a W8A8 model spends most of a step launching them. This
+kernel computes the same bits in one launch, one program per token row:
+
+* ``absmax = max |f32(x)|`` (a maximum: exact in any order);
+* ``s_a = absmax / 127`` and ``inverse = 127 / absmax`` by IEEE round-to-nearest division
+  (``div_rn``, not Triton's default approximate ``/``), ``inverse = 0`` where ``absmax == 0``;
+* ``q = rint(f32(x) * inverse)`` (one float32 product, nothing to contract into an FMA; ``rint``
+  rounds half to even), clamped to [-128, 127] and converted to int8 (exact on integers);
+* a count of non-finite elements per row, so the caller refuses such input as the torch rule does.
+
+The GPU test compares it bit for bit with the torch rule on boundary rows (zeros, exact halves,
+subnormals, bf16's largest values, every K tail) and at the papers' shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from ..errors import InputError
+from ..quant.activation import Q_MAX, Q_MIN, SCALE_DIVISOR
+from .triton_arm import LAUNCHERS
+
+BLOCK_K = 1024
+
+
+@triton.jit
+def _per_token_kernel(x_ptr, q_ptr, s_ptr, bad_ptr, K, stride_x, stride_q,
+                      DIVISOR: tl.constexpr, QMIN: tl.constexpr, QMAX: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_x
+    absmax = tl.zeros((BLOCK,), dtype=tl.float32)
+    bad = tl.zeros((BLOCK,), dtype=tl.int32)
+    for start in range(0, K, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + offs, mask=offs < K, other=0.0).to(tl.float32)
+        mag = tl.abs(x)
+        bad += (mag != mag).to(tl.int32) + (mag == float("inf")).to(tl.int32)
+        absmax = tl.maximum(absmax, tl.where(mag == mag, mag, 0.0))
+    amax = tl.max(absmax, axis=0)
+    divisor = tl.full((), DIVISOR, tl.float32)
+    scale = libdevice.div_rn(amax, divisor)
+    inverse = tl.where(amax == 0.0, 0.0, libdevice.div_rn(divisor, tl.where(amax == 0.0, 1.0, amax)))
+    tl.store(s_ptr + row, scale)
+    tl.store(bad_ptr + row, tl.sum(bad, axis=0))
+    for start in range(0, K, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + offs, mask=offs < K, other=0.0).to(tl.float32)
+        q = libdevice.rint(x * inverse)
+        q = tl.minimum(tl.maximum(q, QMIN), QMAX)
+        tl.store(q_ptr + row * stride_q + offs, q.to(tl.int8), mask=offs < K)
+
+
+def quantize_per_token_cuda(x: torch.Tensor, *, what: str = "activations") -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_per_token`` for a contiguous-rows CUDA ``x`` [M,K] (bf16, f16 or f32), in one launch."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or not x.is_cuda:
+        got = f"{x.dtype} {tuple(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise InputError(f"{what}: expected a 2-D floating CUDA tensor [M,K], got {got}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m, k = x.shape
+    a_q = torch.empty((m, k), dtype=torch.int8, device=x.device)
+    s_a = torch.empty((m,), dtype=torch.float32, device=x.device)
+    bad = torch.empty((m,), dtype=torch.int32, device=x.device)
+    if m:  # launched directly after the first call with these shapes (see triton_arm._Launchers)
+        LAUNCHERS.launch(_per_token_kernel, (m,), (x, a_q, s_a, bad, k, x.stride(0), a_q.stride(0),
+                                                    SCALE_DIVISOR, float(Q_MIN), float(Q_MAX), BLOCK_K))
+    nonfinite = int(bad.sum())
+    if nonfinite:
+        raise InputError(f"{what}: {nonfinite} non-finite element(s); no int8 scale represents them")
+    return a_q, s_a
