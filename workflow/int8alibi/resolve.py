@@ -138,7 +138,7 @@ def stage_arms(cfg: Config) -> tuple[torch.device, Any, Any, dict[str, Any]]:
     arms = []
     for name in names:
         try:
-            arm = get(name, device)
+            arm = get(name, device, user_time_limit_s=cfg.get("user_arm_time_limit_s"))
         except InputError as exc:
             raise InputError(f"arm {name} cannot be built on host {host()}: {exc}") from None
         ok, why = arm.available()
@@ -169,7 +169,7 @@ def require_arm(cfg: Config, name: str, device: torch.device) -> Any:
     """Arm ``name`` on ``device``, available on this host, else ``InputError`` naming the arm and the host."""
     from .kernels.registry import get
 
-    arm = get(name, device)
+    arm = get(name, device, user_time_limit_s=cfg.get("user_arm_time_limit_s"))
     ok, why = arm.available()
     if not ok:
         raise InputError(f"arm {name} on {device} ({_origin(cfg)}) cannot run on host {host()}: {why}; "

@@ -16,6 +16,7 @@ import torch
 from ..arm_names import ARM_NAMES
 from ..errors import InputError
 from .base import Arm, arm_evidence, as_device, check_operands
+from .user_guard import DEFAULT_TIME_LIMIT_S, guarded_call
 
 # The exact emulation whose epilogue order each real kernel uses (what it must equal bit for bit).
 EMULATION_OF: dict[str, str] = {
@@ -53,12 +54,15 @@ class UnavailableArm:
 
 
 class UserArm:
-    """A user's own ``scaled_mm(a_q, w_q, s_a, s_w) -> bf16`` function, named as ``module:function``."""
+    """A user's own ``scaled_mm(a_q, w_q, s_a, s_w) -> bf16`` function, named as ``module:function``;
+    every call runs behind ``user_guard`` (copies of the operands checked afterwards, failures named,
+    a time limit)."""
 
     is_emulation = False
 
-    def __init__(self, spec: str, fn: Callable[..., torch.Tensor], device: torch.device) -> None:
-        self.name, self._fn, self.device = spec, fn, device
+    def __init__(self, spec: str, fn: Callable[..., torch.Tensor], device: torch.device,
+                 time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> None:
+        self.name, self._fn, self.device, self.time_limit_s = spec, fn, device, time_limit_s
 
     def available(self) -> tuple[bool, str]:
         return True, f"user-supplied function {self.name} imported"
@@ -69,7 +73,7 @@ class UserArm:
 
     def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
         m, _, n = check_operands(a_q, w_q, s_a, s_w, self.name)
-        out = self._fn(a_q, w_q, s_a, s_w)
+        out = guarded_call(self.name, self._fn, (a_q, w_q, s_a, s_w), self.time_limit_s)
         if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != (m, n):
             got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             raise InputError(f"user arm {self.name}: returned {got}, expected torch.bfloat16 [{m}, {n}]")
@@ -85,22 +89,24 @@ class UserArm:
         )
 
 
-def _user_arm(spec: str, device: torch.device) -> UserArm:
+def _user_arm(spec: str, device: torch.device, time_limit_s: float) -> UserArm:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"arm {spec!r}: a user arm is named 'module:function'")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # the user's module: any failure to import is named
         raise InputError(f"arm {spec!r}: cannot import module {module_name}: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise InputError(f"arm {spec!r}: {module_name} has no callable {attr}")
-    return UserArm(spec, fn, device)
+    return UserArm(spec, fn, device, time_limit_s)
 
 
-def get(name: str, device: torch.device | str | None = None) -> Arm:
-    """The arm called ``name`` for ``device`` (default: the GPU if present, else CPU)."""
+def get(name: str, device: torch.device | str | None = None, *,
+        user_time_limit_s: float | None = None) -> Arm:
+    """The arm called ``name`` for ``device`` (default: the GPU if present, else CPU); a user arm's
+    calls are limited to ``user_time_limit_s`` each (default ``user_guard.DEFAULT_TIME_LIMIT_S``)."""
     dev = as_device(device)
     if name in ("exact-cutlass-order", "exact-triton-order"):
         from .exact import ExactArm
@@ -121,7 +127,7 @@ def get(name: str, device: torch.device | str | None = None) -> Arm:
 
         return VllmArm("cutlass" if name == "vllm-cutlass" else "triton", dev)
     if ":" in name:
-        return _user_arm(name, dev)
+        return _user_arm(name, dev, DEFAULT_TIME_LIMIT_S if user_time_limit_s is None else user_time_limit_s)
     raise InputError(f"unknown kernel arm {name!r} (expected one of {', '.join(ARM_NAMES)} or module:function)")
 
 
