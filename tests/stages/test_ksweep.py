@@ -170,3 +170,12 @@ def test_reduced_sweep_of_the_fallback_pairs_on_the_gpu(spec: dict[str, Any]) ->
     by_k = fp8.groupby("k")["prevalence"].mean()
     print(f"torch._scaled_mm vs triton-fp8 prevalence by K: {by_k.to_dict()}")
     assert by_k.loc[32768] > by_k.loc[512]
+
+
+def test_half_ranges_are_disjoint_and_cover_the_grid(spec: dict[str, Any]) -> None:
+    k = np.array(spec["grid"]["k"], dtype=float)
+    split = spec["models"]["exponent_interval"]["half_split_k"]
+    assert spec["models"]["exponent_interval"]["halves"] == "disjoint"
+    low, high = stage.half_ranges(k, split)
+    assert not (low & high).any() and (low | high).all()
+    assert k[low].tolist() == [512, 1024, 2048, 4096] and k[high].tolist() == [8192, 16384, 32768]

@@ -269,3 +269,23 @@ def test_unknown_size_profile_and_missing_gate_fail_closed(tmp_path: Path) -> No
                        "exploratory": False, "results": str(tmp_path / "results")}, path=tmp_path / "config.yaml")
     with pytest.raises(InputError, match="requant gate table not found"):
         stage.run(cfg, tmp_path / "tokens", gate=tmp_path / "results" / "requant" / "gate.parquet")
+
+
+def _positions(label: str, margins: list[float], flips: list[bool], windows: list[int]) -> pd.DataFrame:
+    return pd.DataFrame({"comparison": label, "regime": "own", "window": windows, "margin": margins, "flip": flips})
+
+
+def test_influence_table_leaves_each_window_out_of_every_evaluated_comparison() -> None:
+    outcomes = {
+        (stage.KERNELS, "own"): stage.Outcome(stage.KERNELS, "own", [
+            _positions(stage.KERNELS, [0.1, 0.9], [True, False], [0, 0]),
+            _positions(stage.KERNELS, [0.5, 0.5, float("nan")], [True, False, False], [1, 1, 1])]),
+        ("F3 all", "own"): stage.Outcome("F3 all", "own", [_positions("F3 all", [0.2], [False], [0])]),  # no flip
+    }
+    table = stage.influence_table(outcomes)
+    assert table["comparison"].tolist() == [stage.KERNELS] * 2 and table["window"].tolist() == [0, 1]
+    assert table["positions"].tolist() == [2, 2]  # the non-finite margin is left out
+    # full sample: AUC of [0.1 T, 0.9 F, 0.5 T, 0.5 F] = (1 + 1 + 1 + 0.5) / 4; without window 0: the tie, 0.5
+    assert table.loc[0, "auc_without"] == pytest.approx(0.5)
+    assert table.loc[0, "auc_change"] == pytest.approx(0.5 - 0.875)
+    assert table.loc[1, "auc_without"] == 1.0 and table.loc[1, "flip_rate_change"] == pytest.approx(0.0)

@@ -10,8 +10,9 @@ import pytest
 
 from int8alibi.errors import InputError
 from int8alibi.stats import QUANTILE_METHOD, resample_indices
-from int8alibi.tokens.margin import (auc_small_margin, brier, calibrate, cluster_bootstrap_auc, cluster_bootstrap_rate,
-                                     fit_bins, fit_windows)
+from int8alibi.tokens.margin import (auc_small_margin, average_precision, brier, calibrate, calibrate_isotonic,
+                                     cluster_bootstrap_auc, cluster_bootstrap_rate, fit_bins, fit_isotonic_decreasing,
+                                     fit_windows, leave_one_cluster_out)
 
 T, F = True, False
 
@@ -163,3 +164,101 @@ def test_rate_interval_equals_resampling_windows_by_hand() -> None:
     assert (low, high) == pytest.approx(tuple(np.quantile(rates, [0.05, 0.95], method=QUANTILE_METHOD)), abs=1e-15)
     with pytest.raises(InputError, match="events <= totals"):
         cluster_bootstrap_rate(np.array([3]), np.array([2]), seed=0, resamples=10, level=0.9)
+
+
+def brute_average_precision(margin: np.ndarray, flip: np.ndarray) -> float | None:
+    """The grouped-ties definition, threshold by threshold."""
+    if not flip.any():
+        return None
+    total, ap, previous = flip.sum(), 0.0, 0.0
+    for u in sorted(set(margin.tolist())):
+        chosen = margin <= u
+        recall = flip[chosen].sum() / total
+        ap += (recall - previous) * flip[chosen].sum() / chosen.sum()
+        previous = recall
+    return ap
+
+
+@pytest.mark.parametrize(("margin", "flip", "expected"), [
+    ([0.0, 0.0, 1.0, 2.0], [T, F, T, F], 0.5 * 0.5 + 0.5 * (2 / 3)),   # a tie at 0 enters as one threshold
+    ([0.1, 0.2, 0.3], [T, T, F], 1.0),                                  # every flip ranked first
+    ([0.1, 0.2, 0.3], [F, F, T], 1 / 3),                                # the flip ranked last
+    ([0.5, 0.5, 0.5, 0.5], [T, F, F, F], 0.25),                         # all tied: the prevalence
+])
+def test_average_precision_groups_ties(margin: list[float], flip: list[bool], expected: float) -> None:
+    m, f = np.array(margin), np.array(flip)
+    assert average_precision(m, f) == pytest.approx(expected)
+    assert average_precision(m, f) == pytest.approx(brute_average_precision(m, f))
+
+
+def test_average_precision_is_undefined_without_a_flip_and_matches_brute_force() -> None:
+    assert average_precision(np.array([0.1, 0.2]), np.array([F, F])) is None
+    rng = np.random.default_rng(3)
+    m = rng.integers(0, 6, 200).astype(float) / 4  # many ties
+    f = rng.random(200) < 0.3
+    assert average_precision(m, f) == pytest.approx(brute_average_precision(m, f))
+
+
+def test_isotonic_fit_pools_a_monotone_violation() -> None:
+    # flips at margins 0, 1, 2, 3: 1, 0, 1, 0 -- the rise from margin 1 to 2 is pooled to 1/2
+    fit = fit_isotonic_decreasing(np.array([0.0, 1.0, 2.0, 3.0]), np.array([T, F, T, F]))
+    assert fit.start.tolist() == [0.0, 1.0, 3.0] and fit.value.tolist() == [1.0, 0.5, 0.0]
+    assert fit.predict(np.array([-1.0, 0.5, 1.0, 2.5, 3.0, 9.0])).tolist() == [1.0, 1.0, 0.5, 0.5, 0.0, 0.0]
+
+
+def test_isotonic_fit_pools_ties_first_and_chains_of_violations() -> None:
+    # margin 0 twice (one flip: 1/2), then rising rates 0, 1/3, 1: that chain pools into one block of 2/5
+    m = np.array([0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 3.0])
+    f = np.array([T, F, F, T, F, F, T])
+    fit = fit_isotonic_decreasing(m, f)
+    assert fit.start.tolist() == [0.0, 1.0] and fit.value.tolist() == pytest.approx([0.5, 0.4])
+
+
+def brute_isotonic_decreasing(margin: np.ndarray, flip: np.ndarray) -> np.ndarray:
+    """The min-max formula at each distinct margin: min over j <= i of max over k >= i of mean(j..k)."""
+    values = np.unique(margin)
+    w = np.array([(margin == v).sum() for v in values], dtype=float)
+    y = np.array([flip[margin == v].sum() for v in values], dtype=float)
+    n = values.size
+    return np.array([min(max(y[j:k + 1].sum() / w[j:k + 1].sum() for k in range(i, n)) for j in range(i + 1))
+                     for i in range(n)])
+
+
+def test_isotonic_fit_equals_the_min_max_formula() -> None:
+    rng = np.random.default_rng(7)
+    m = rng.integers(0, 25, 300).astype(float)
+    f = rng.random(300) < 0.6 - m / 50
+    fit = fit_isotonic_decreasing(m, f)
+    assert np.all(np.diff(fit.value) <= 0)
+    assert fit.predict(np.unique(m)) == pytest.approx(brute_isotonic_decreasing(m, f))
+
+
+def test_isotonic_calibration_fits_even_windows_and_scores_odd_ones() -> None:
+    m = np.array([0.0, 1.0, 0.0, 1.0])
+    f = np.array([T, F, T, T])
+    w = np.array([0, 0, 1, 1])
+    got = calibrate_isotonic(m, f, w)
+    assert not isinstance(got, str)
+    # fitted on window 0: margin 0 -> 1, margin 1 -> 0; held out: (1-1)^2 + (0-1)^2 over 2
+    assert got.brier == pytest.approx(0.5) and got.held_out_positions == 2
+    assert calibrate_isotonic(m, f, np.array([0, 0, 2, 2])) == "not evaluable: no held-out window (odd window index)"
+
+
+def test_leave_one_cluster_out_recomputes_without_each_window() -> None:
+    m = np.array([0.1, 0.9, 0.2, 0.8, 0.5, 0.5])
+    f = np.array([T, F, T, F, F, T])
+    c = np.array([0, 0, 1, 1, 2, 2])
+    got = leave_one_cluster_out(m, f, c)
+    assert got.cluster.tolist() == [0, 1, 2] and got.positions.tolist() == [2, 2, 2] and got.flips.tolist() == [1, 1, 1]
+    for i in range(3):
+        keep = c != i
+        assert got.auc_without[i] == pytest.approx(auc_small_margin(m[keep], f[keep]))
+        assert got.flip_rate_without[i] == pytest.approx(f[keep].mean())
+    # leaving out window 2 (the tie at 0.5) makes the rest perfectly ranked
+    assert got.auc_without[2] == 1.0 and got.auc == pytest.approx(auc_small_margin(m, f))
+
+
+def test_leave_one_cluster_out_is_undefined_where_the_rest_has_no_flip() -> None:
+    got = leave_one_cluster_out(np.array([0.1, 0.2, 0.3]), np.array([T, F, F]), np.array([0, 1, 1]))
+    assert np.isnan(got.auc_without[0]) and got.flip_rate_without[0] == 0.0
+    assert np.isnan(got.auc_without[1])  # the rest (window 0): one flip, no non-flip

@@ -5,6 +5,8 @@ rule report:
     output:
         md=update(f"{RESULTS}/report/report.md"),
         html=update(f"{RESULTS}/report/report.html"),
+        appendix_md=update(f"{RESULTS}/report/appendix.md"),
+        appendix_html=update(f"{RESULTS}/report/appendix.html"),
         manifest=update(f"{RESULTS}/report/manifest.json"),
     params:
         **stage_params("report", ["model", "size_profile", "arms", "device"]),

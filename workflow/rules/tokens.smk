@@ -8,6 +8,7 @@ rule tokens:
         pairs=update(f"{RESULTS}/tokens/pairs.parquet"),
         predictor=update(f"{RESULTS}/tokens/predictor.parquet"),
         check7=update(f"{RESULTS}/tokens/check7.parquet"),
+        influence=update(f"{RESULTS}/tokens/influence.parquet"),
         manifest=update(f"{RESULTS}/tokens/manifest.json"),
     params:
         **stage_params("tokens", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
