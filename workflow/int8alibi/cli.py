@@ -18,11 +18,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "say which outputs, inputs, params, pins, code and environment differ between two runs"),
     "amend": ("int8alibi.protocol.amend:main", "append a protocol amendment (the only way to change it)"),
     "conform": ("int8alibi.conform:main", "run the conformance checks on two kernel arms"),
-    "bench": ("int8alibi.bench:main", "benchmarks (bench kernels | bench faults)"),
+    "bench": ("int8alibi.bench:main", "benchmarks (bench kernels | bench faults | bench dag RESULTS)"),
 }
 SUBCOMMANDS: dict[tuple[str, str], str] = {
     ("bench", "kernels"): "int8alibi.bench.kernels:main",
     ("bench", "faults"): "int8alibi.bench.faults:main",
+    ("bench", "dag"): "int8alibi.bench.dag:main",
 }
 UNAVAILABLE = 2
 

@@ -146,7 +146,7 @@ def _tree(label: str, root: Path) -> list[tuple[str, Path]]:
 
 
 def _synthetic_needs_no_file(model: Mapping[str, Any]) -> bool:
-    from .model.synthetic import PRESETS
+    from .model.synthetic_presets import PRESETS
 
     name = (model.get("synthetic") or {}).get("preset", "tiny")
     return name in PRESETS and PRESETS[name].tokenizer == "bytes"

@@ -17,7 +17,8 @@ checkpoint capture:
     # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["capture"].mem_mb,
+        runtime=RESOURCES["capture"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

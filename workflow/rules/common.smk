@@ -29,6 +29,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
 from int8alibi.resolve import plan
 from int8alibi.provenance.code import CodeDigests
+from int8alibi.resources import plan_resources
 from int8alibi.workflow_support import (
     CODE_CACHE,
     environment_params,
@@ -118,6 +119,12 @@ except Int8AlibiError as exc:
     _stop(exc)
 ENVIRONMENT = environment_params()
 CODE = CodeDigests(_CACHE / CODE_CACHE)
+# Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
+# size profile (int8alibi.resources); the SLURM profile sends them as --mem and --time.
+try:
+    RESOURCES = plan_resources(RUN, GATE.protocol, Path(".snakemake", "int8alibi"))
+except Int8AlibiError as exc:
+    _stop(exc)
 
 
 def save_plan_caches():

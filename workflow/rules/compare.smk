@@ -17,7 +17,8 @@ rule compare:
         f"{BENCHMARKS}/compare.tsv"
     threads: 2
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES["compare"].mem_mb,
+        runtime=RESOURCES["compare"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

@@ -22,7 +22,8 @@ rule generate:
     # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES["generate"].mem_mb,
+        runtime=RESOURCES["generate"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

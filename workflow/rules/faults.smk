@@ -21,7 +21,8 @@ if int(config.get("faults_shards", 1)) <= 1:
             f"{BENCHMARKS}/faults.tsv"
         threads: 2
         resources:
-            mem_mb=8000,
+            mem_mb=RESOURCES["faults"].mem_mb,
+            runtime=RESOURCES["faults"].runtime,
             gpu=use_gpu(RUN),
         conda:
             software_env(gpu_capable=True)
@@ -52,7 +53,8 @@ else:
             f"{BENCHMARKS}/faults/shard_{{start}}_{{stop}}.tsv"
         threads: 2
         resources:
-            mem_mb=8000,
+            mem_mb=RESOURCES["faults_shard"].mem_mb,
+            runtime=RESOURCES["faults_shard"].runtime,
             gpu=use_gpu(RUN),
         conda:
             software_env(gpu_capable=True)

@@ -16,7 +16,8 @@ rule ksweep:
         f"{BENCHMARKS}/ksweep.tsv"
     threads: 2
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES["ksweep"].mem_mb,
+        runtime=RESOURCES["ksweep"].runtime,
         gpu=1,
     conda:
         software_env(gpu_capable=True)

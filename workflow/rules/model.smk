@@ -16,7 +16,8 @@ rule model:
         f"{BENCHMARKS}/model.tsv"
     threads: 2
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["model"].mem_mb,
+        runtime=RESOURCES["model"].runtime,
     conda:
         software_env()
     shell:

@@ -17,7 +17,8 @@ rule perplexity:
     # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["perplexity"].mem_mb,
+        runtime=RESOURCES["perplexity"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

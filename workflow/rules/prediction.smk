@@ -13,7 +13,8 @@ rule prediction:
         f"{BENCHMARKS}/prediction.tsv"
     threads: 2
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES["prediction"].mem_mb,
+        runtime=RESOURCES["prediction"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

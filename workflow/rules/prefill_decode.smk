@@ -17,7 +17,8 @@ rule prefill_decode:
     # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES["prefill_decode"].mem_mb,
+        runtime=RESOURCES["prefill_decode"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

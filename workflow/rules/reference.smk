@@ -20,7 +20,8 @@ rule reference_checkpoint:
         f"{BENCHMARKS}/reference.tsv"
     threads: 2
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["reference_checkpoint"].mem_mb,
+        runtime=RESOURCES["reference_checkpoint"].runtime,
     conda:
         "../../envs/llmcompressor.yaml"
     shell:

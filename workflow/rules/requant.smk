@@ -20,7 +20,8 @@ rule requant:
         f"{BENCHMARKS}/requant.tsv"
     threads: 2
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["requant"].mem_mb,
+        runtime=RESOURCES["requant"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

@@ -20,7 +20,8 @@ rule tokens:
     # Snakemake runs such jobs side by side instead
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=RESOURCES["tokens"].mem_mb,
+        runtime=RESOURCES["tokens"].runtime,
         gpu=use_gpu(RUN),
     conda:
         software_env(gpu_capable=True)

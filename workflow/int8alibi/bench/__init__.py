@@ -1,4 +1,4 @@
-"""``int8alibi bench kernels|faults``: dispatch to the benchmark named by the first argument.
+"""``int8alibi bench kernels|faults|dag``: dispatch to the benchmark named by the first argument.
 
 Each benchmark module is imported only when asked for, so one benchmark's dependencies never
 burden another.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = {"kernels": "int8alibi.bench.kernels", "faults": "int8alibi.bench.faults"}
+BENCHMARKS = {"kernels": "int8alibi.bench.kernels", "faults": "int8alibi.bench.faults", "dag": "int8alibi.bench.dag"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,64 @@
+"""The parent's size before loading it: counts equal the built model's, for every source."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from int8alibi.errors import InputError
+from int8alibi.model.size import ModelSize, from_hf_config, model_size, read_hf_config
+from int8alibi.model.synthetic import parameter_shapes, synthetic_config
+from int8alibi.model.synthetic_presets import PRESETS
+
+
+def small() -> ModelSize:
+    return ModelSize(blocks=1, hidden=16, intermediate=32, heads=2, kv_heads=1, head_dim=8, vocab=64, tied=True)
+
+
+def test_counts_of_a_hand_sized_decoder():
+    s = small()
+    # q 16x16, k and v 16x8, o 16x16, gate and up 16x32, down 32x16
+    assert s.linear_params == 256 + 128 + 128 + 256 + 512 + 512 + 512 == 2304
+    assert s.linear_rows == 16 + 8 + 8 + 16 + 32 + 32 + 16 == 128
+    assert s.linear_inputs == 6 * 16 + 32 == 128
+    assert s.params == 2304 + 64 * 16 + (2 * 16 + 16) == 3376  # linears, tied embedding, norms
+    assert s.parent_bytes == 6752
+    assert s.checkpoint_bytes == 2304 + 4 * 128 + 2 * (3376 - 2304) == 4960
+    assert s.forward_flops_per_token == 2 * (2304 + 1024)
+    untied = ModelSize(**{**s.__dict__, "tied": False})
+    assert untied.params == s.params + 1024
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_counts_equal_the_meta_built_model(name):
+    size = model_size({"source": "synthetic", "synthetic": {"preset": name}})
+    built = sum(torch.Size(shape).numel() for shape in parameter_shapes(synthetic_config(name)).values())
+    assert size.params == built
+
+
+def test_hf_folder_and_gguf_package_sizes(tmp_path):
+    fields = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "vocab_size": 64, "tie_word_embeddings": True, "model_type": "llama"}
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    assert model_size({"source": "hf", "parent": str(tmp_path)}) == small()  # head_dim = 16 / 2
+    gguf = model_size({"source": "gguf-package"}, tmp_path / "cache")
+    assert gguf.params == 134_515_008  # SmolLM2-135M: the GGUF file's tensors, element by element
+    assert (tmp_path / "cache" / "model-size.json").is_file()
+    assert model_size({"source": "gguf-package"}, tmp_path / "cache") == gguf  # from the cache
+
+
+def test_unusable_sources_are_named():
+    with pytest.raises(InputError, match="unset variable"):
+        model_size({"source": "hf", "parent": "${QWEN3_14B_DIR}"})
+    with pytest.raises(InputError, match="num_hidden_layers must be a positive integer"):
+        from_hf_config({"hidden_size": 8, "num_attention_heads": 1, "intermediate_size": 8, "vocab_size": 8})
+    with pytest.raises(InputError, match="preset 'huge' unknown"):
+        model_size({"source": "synthetic", "synthetic": {"preset": "huge"}})
+
+
+def test_unreadable_config_json_is_named(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(InputError, match="config.json: not readable JSON"):
+        read_hf_config(tmp_path / "config.json")

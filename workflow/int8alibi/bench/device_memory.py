@@ -1,0 +1,35 @@
+"""A stage's peak device memory, written to its log (never to a hashed output) and read back.
+
+Snakemake's benchmark files hold host memory only. A stage that used a CUDA device logs one line
+at its end, ``int8alibi device memory: peak_allocated_bytes=N peak_reserved_bytes=M device=NAME``
+(torch's own counters since the process started); ``int8alibi bench dag`` reads the largest such
+line of each stage's logs. The value varies run to run, which is why it lives in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+PREFIX = "int8alibi device memory:"
+LINE = re.compile(rf"{re.escape(PREFIX)} peak_allocated_bytes=(\d+) peak_reserved_bytes=(\d+) device=(.*)$")
+
+
+def log_peak_device_memory(log: logging.Logger) -> None:
+    """Log the peak CUDA memory of this process, if it initialised CUDA (else nothing)."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return
+    device = torch.cuda.current_device()
+    log.info("%s peak_allocated_bytes=%d peak_reserved_bytes=%d device=%s", PREFIX,
+             torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device),
+             torch.cuda.get_device_name(device))
+
+
+def peak_reserved_bytes(log_file: Path) -> int | None:
+    """The largest ``peak_reserved_bytes`` logged in ``log_file`` (None: no such line)."""
+    peaks = [int(m.group(2)) for line in Path(log_file).read_text(encoding="utf-8", errors="replace").splitlines()
+             if (m := LINE.search(line))]
+    return max(peaks) if peaks else None

@@ -1,0 +1,104 @@
+"""Host memory and wall time for each heavy rule, computed at plan time from the parent's size.
+
+A cluster job asks SLURM for ``mem_mb`` and ``runtime`` up front; a fixed request either wastes a
+node on a small model or kills a 14B job. The request here follows what each stage holds, in
+multiples of the bf16 parent P and of one W8A8 checkpoint Q (``model.size.ModelSize``), plus a fixed
+process overhead, with headroom:
+
+* model: 3 P (built or loaded, saved, reloaded and compared; 2.7 P was measured at 1.7B);
+* reference (llm-compressor): 2 P + Q; requant: P + 2 Q (the parent, the reference, writers' shards);
+* generate, prefill_decode: P + Q (a fresh parent, then its linears swapped for the checkpoint's);
+* perplexity, tokens: P + Q + float32 logits and log-probabilities of one window per arm;
+* capture: P + Q + one phase's captured operands (int8 weights and activations of every linear);
+* prediction, compare, faults, ksweep: operands of a batch of layers (16 of the largest).
+
+``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
+run device's default rates: measured stages take up to ~500x their floor (generate's one-token
+steps at 1.7B on an H200; 9-90x on a 2-core CPU), so the multiple (1000) leaves a factor of two. The SLURM executor plugin takes no device-memory request
+(GPUs are requested by count and model only), so none is computed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import Int8AlibiError
+from .floors import ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, Workload, stage_work, operand_bytes
+from .model.size import ModelSize, model_size
+
+MIB = 1 << 20
+PROCESS_BYTES = 3 << 30  # interpreter, torch, CUDA context, libraries
+HEADROOM = 1.2
+RUNTIME_FIXED_MIN = 10
+RUNTIME_FLOOR_MULTIPLE = 1000
+OPERAND_BATCH = 16
+FALLBACK_MEM_MB, FALLBACK_RUNTIME = 16000, 120  # when the parent's size cannot be known at plan time
+RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
+    "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
+    "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
+    "prediction": "prediction", "compare": "compare", "faults": "faults", "faults_shard": "faults",
+    "ksweep": "ksweep",
+}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a rule requests: host memory in MiB, wall time in minutes."""
+
+    mem_mb: int
+    runtime: int
+
+
+def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
+    """Host bytes a job of ``rule`` holds beyond the process overhead (see the module doc)."""
+    p, q = size.parent_bytes, size.checkpoint_bytes
+    window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
+    layer_operands = size.max_linear_params + load.prefill_tokens * max(size.hidden, size.intermediate)
+    held = {
+        "model": 3 * p,
+        "reference_checkpoint": 2 * p + q,
+        "requant": p + 2 * q,
+        "capture": p + q + operand_bytes(size, load.prefill_tokens),
+        "generate": p + q,
+        "prefill_decode": p + q,
+        "perplexity": p + q + window_logits,
+        "tokens": p + q + ARMS * window_logits,
+    }
+    return held.get(rule, OPERAND_BATCH * layer_operands)
+
+
+def _jobs(rule: str, faults_shards: int) -> int:
+    if rule == "generate":
+        return ARMS * CHECKPOINTS * GENERATE_RUNS
+    return faults_shards if rule == "faults_shard" else 1
+
+
+def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faults_shards: int = 1) -> Resources:
+    """``Resources`` of one job of ``rule`` for a parent of ``size`` at sizes ``load`` on ``device``."""
+    if rule not in RULE_STAGE:
+        raise Int8AlibiError(f"resources: no estimate for rule {rule!r} (known: {sorted(RULE_STAGE)})")
+    mem = math.ceil(HEADROOM * (PROCESS_BYTES + held_bytes(rule, size, load)) / MIB)
+    mem_mb = 1024 * math.ceil(mem / 1024)
+    work = stage_work(size, load).get(RULE_STAGE[rule])
+    floor = 0.0 if work is None else work.seconds(RATES["h200" if device == "cuda" else "cpu"])
+    runtime = RUNTIME_FIXED_MIN + math.ceil(RUNTIME_FLOOR_MULTIPLE * floor / _jobs(rule, faults_shards) / 60)
+    return Resources(mem_mb=mem_mb, runtime=runtime)
+
+
+def plan_resources(run_config: Mapping[str, Any], protocol: Any, cache_dir: Path | None = None) -> dict[str, Resources]:
+    """Rule -> ``Resources`` for a run config (its ``resolved`` device) and the loaded protocol.
+
+    A parent whose size cannot be read at plan time (an unset variable, a missing folder: the model
+    stage stops on it) gets the fixed fallback request.
+    """
+    try:
+        size = model_size(run_config["model"], cache_dir)
+    except Int8AlibiError:
+        return {rule: Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME) for rule in RULE_STAGE}
+    load = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, run_config["size_profile"])
+    device = (run_config.get("resolved") or {}).get("device", run_config.get("device", "cpu"))
+    shards = int(run_config.get("faults_shards") or 1)
+    return {rule: rule_resources(rule, size, load, device, shards) for rule in RULE_STAGE}
