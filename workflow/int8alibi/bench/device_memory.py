@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from pathlib import Path
 
 PREFIX = "int8alibi device memory:"
@@ -17,10 +18,10 @@ LINE = re.compile(rf"{re.escape(PREFIX)} peak_allocated_bytes=(\d+) peak_reserve
 
 
 def log_peak_device_memory(log: logging.Logger) -> None:
-    """Log the peak CUDA memory of this process, if it initialised CUDA (else nothing)."""
-    import torch
-
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    """Log the peak CUDA memory of this process, if it initialised CUDA (else nothing; torch is
+    not imported for a stage that did not import it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return
     device = torch.cuda.current_device()
     log.info("%s peak_allocated_bytes=%d peak_reserved_bytes=%d device=%s", PREFIX,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import portable
+from ..bench.device_memory import log_peak_device_memory
 from ..config import Config, load_config
 from ..errors import InputError, Int8AlibiError
 from ..printable import printable
@@ -143,5 +144,6 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
             run(cfg, args.out, **inputs, **params)
         finally:
             RUN_CONFIG.reset(token)
+            log_peak_device_memory(log)  # the log, not an output: it differs from run to run
 
     return guarded(stage, args.out, list(inputs.values()), body)
