@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import jsonschema
 import yaml
 
 from . import parse_cache, strict_yaml
@@ -264,8 +263,14 @@ def command_line_booleans(config: dict[str, Any], overrides: Mapping[str, Any]) 
 def validate(data: Mapping[str, Any], source: str) -> None:
     """Raise InputError naming the file and the first schema violation."""
     schema = strict_yaml.read(SCHEMA_PATH)
+    parse_cache.validated(schema, dict(data), lambda: _check(dict(data), schema, source))
+
+
+def _check(data: dict[str, Any], schema: Any, source: str) -> None:
+    import jsonschema  # imported when a config is validated anew (planning an unchanged one needs none)
+
     try:
-        parse_cache.validated(schema, dict(data), lambda: jsonschema.validate(dict(data), schema))
+        jsonschema.validate(data, schema)
     except jsonschema.ValidationError as exc:
         where = "/".join(_short_text(p, 60) for p in exc.absolute_path) or "(top level)"
         raise InputError(f"{source}: invalid config at {where}: {_schema_message(exc)}") from None
@@ -278,7 +283,7 @@ def _short_text(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _schema_message(exc: jsonschema.ValidationError) -> str:
+def _schema_message(exc: Any) -> str:
     """The schema's complaint, without dumping a huge value: the offending value is shortened."""
     if len(exc.message) <= 300:
         return exc.message

@@ -83,7 +83,7 @@ def parsed(text: str, parse: Callable[[], Any]) -> Any:
     if _memo is None:
         return parse()
     key = _memo.key("yaml", text.encode("utf-8", "surrogatepass"))
-    stored = _memo.known.get(key)
+    stored = _memo.used.get(key, _memo.known.get(key))
     if stored is not None:
         try:
             value = _PlainData(io.BytesIO(stored)).load()
@@ -94,7 +94,7 @@ def parsed(text: str, parse: Callable[[], Any]) -> Any:
         try:
             stored = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             _PlainData(io.BytesIO(stored)).load()  # plain data only: anything else is not kept
-        except (pickle.PicklingError, pickle.UnpicklingError, TypeError, AttributeError):
+        except (pickle.PicklingError, pickle.UnpicklingError, TypeError, AttributeError, RecursionError):
             return value
     _memo.used[key] = stored
     return value
@@ -107,9 +107,9 @@ def validated(schema: Any, data: Any, check: Callable[[], None]) -> None:
         return
     try:
         key = _memo.key("schema", pickle.dumps((schema, data), protocol=pickle.HIGHEST_PROTOCOL))
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         check()
         return
-    if key not in _memo.known:
+    if key not in _memo.known and key not in _memo.used:
         check()
     _memo.used[key] = b""

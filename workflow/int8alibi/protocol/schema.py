@@ -11,8 +11,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from .. import parse_cache, strict_yaml
 from ..errors import ProtocolError
 
@@ -33,8 +31,15 @@ def read_yaml(path: Path, source: str | None = None) -> Any:
 def _schema(name: str) -> dict[str, Any]:
     path = SCHEMA_DIR / name
     data = read_yaml(path)
-    parse_cache.validated("Draft 2020-12 meta-schema", data, lambda: jsonschema.Draft202012Validator.check_schema(data))
+    parse_cache.validated("Draft 2020-12 meta-schema", data, lambda: _validator().check_schema(data))
     return data
+
+
+def _validator() -> Any:
+    """jsonschema's Draft 2020-12 validator, imported when something is validated anew (not on a cache hit)."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator
 
 
 def validate(data: Any, schema_name: str, source: str) -> None:
@@ -44,7 +49,7 @@ def validate(data: Any, schema_name: str, source: str) -> None:
 
 
 def _check(schema: dict[str, Any], data: Any, schema_name: str, source: str) -> None:
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator()(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         first = errors[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import hashing
-from .hashing import imported_names, module_closure, sha256_bytes
+from .hashing import imported_names, module_closure, module_file, sha256_bytes
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -49,6 +49,7 @@ class CodeDigests:
         self.used: dict[str, Any] = {}
         self._files: dict[Path, tuple[str, str, list[str]]] = {}
         self._closures: dict[str, dict[str, str]] = {}
+        self._located: dict[str, Path | None] = {}
 
     def _entry(self, name: str, path: Path) -> tuple[str, str, list[str]]:
         """``(content sha256, syntax digest, imports)`` of one file, read once per parse."""
@@ -66,12 +67,18 @@ class CodeDigests:
     def imports(self, name: str, path: Path) -> set[str]:
         return set(self._entry(name, path)[2])
 
+    def locate(self, name: str) -> Path | None:
+        """``hashing.module_file``, asked once per name in this parse."""
+        if name not in self._located:
+            self._located[name] = module_file(name)
+        return self._located[name]
+
     def closure(self, module: str) -> dict[str, str]:
         """``{package-relative path: syntax digest}`` of every module ``module`` can run (``module_closure``)."""
         if module not in self._closures:
             root = hashing.PACKAGE_ROOT
             out = {}
-            for rel in module_closure([module], imports=self.imports):
+            for rel in module_closure([module], imports=self.imports, locate=self.locate):
                 parts = Path(rel).with_suffix("").parts
                 name = ".".join((root.name, *(parts[:-1] if parts[-1] == "__init__" else parts)))
                 out[f"{root.name}/{rel}"] = self._entry(name, root / rel)[1]

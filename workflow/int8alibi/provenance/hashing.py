@@ -149,13 +149,14 @@ def imported_names(name: str, is_package: bool, tree: ast.AST) -> set[str]:
 
 
 def module_closure(module_names: Iterable[str],
-                   imports: Callable[[str, Path], set[str]] = _imported_names) -> list[str]:
+                   imports: Callable[[str, Path], set[str]] = _imported_names,
+                   locate: Callable[[str], Path | None] = module_file) -> list[str]:
     """Package-relative paths of the given modules, their parent packages and every int8alibi
-    module they import, transitively (``imports(name, path)`` names a module's imports; a caller may
-    cache them). Unknown starting modules are an error."""
+    module they import, transitively (``imports(name, path)`` names a module's imports and
+    ``locate(name)`` its file; a caller may cache both). Unknown starting modules are an error."""
     todo: list[str] = []
     for name in module_names:
-        if module_file(name) is None:
+        if locate(name) is None:
             raise InputError(f"module {name!r}: not a module of the {PACKAGE_NAME} package")
         todo.append(name)
     seen: dict[str, Path] = {}
@@ -163,7 +164,7 @@ def module_closure(module_names: Iterable[str],
         name = todo.pop()
         if name in seen:
             continue
-        path = module_file(name)
+        path = locate(name)
         if path is None:  # ``from . import attribute``: not a module, nothing to add
             continue
         seen[name] = path
