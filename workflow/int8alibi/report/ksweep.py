@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from . import svg
-from .document import Block, Figure, Heading, Paragraph, Table
+from .document import Block, Document, Figure, Heading, Paragraph, Table
 from .sections import Tables
 
 HEADING = "INT8 versus FP8 divergence against reduction depth (K sweep, GPU only)"
@@ -148,8 +148,9 @@ def _figures(table: pd.DataFrame, paper: Mapping[str, Any], device: str, sources
     ]
 
 
-def section(t: Tables, paper: Mapping[str, Any]) -> list[Block]:
-    """The K-sweep section; ``paper`` is ksweep.yaml's ``paper`` block."""
+def section(t: Tables, paper: Mapping[str, Any], doc: Document | None = None) -> list[Block]:
+    """The K-sweep section; ``paper`` is ksweep.yaml's ``paper`` block. With ``doc``, the per-K, fit
+    and evidence tables go to its appendix and the section links them."""
     blocks: list[Block] = [Heading(HEADING)]
     counts = t.get("ksweep/counts.parquet")
     summary = t.get("ksweep/summary.parquet")
@@ -169,17 +170,28 @@ def section(t: Tables, paper: Mapping[str, Any]) -> list[Block]:
     table = per_k(frame)
     device = _device(evidence[0] if evidence else None)
     sources = tuple(x[1] for x in (counts, summary, fits, evidence) if x is not None)
+    refs: list[str] = []
     if len(table):
         blocks.extend(_figures(table, paper, device, (csrc,)))
-        blocks.append(Table(f"Per pair and K, over seeds ({device})", table, (csrc,)))
+        caption = f"Per pair and K, over seeds ({device})"
+        if doc is None:
+            blocks.append(Table(caption, table, (csrc,)))
+        else:
+            refs.append(doc.add_appendix(f"K sweep: {caption}", table, (csrc,)))
     blocks.append(Table("The paper's Section VII beside this run",
                         paper_rows(paper, table, summary[0] if summary else None, fits[0] if fits else None), sources))
     if summary is not None:
         blocks.extend(Paragraph(line) for line in verdicts(summary[0], fits[0] if fits else None))
     for got, caption in ((summary, "Constant-rate chi-square over K (counts summed over seeds) and selected model"),
                          (fits, "Candidate models: least squares on prevalence, leave-one-K-out held-out RMSE, "
-                                "alpha's seed-jackknife interval, half-range and leave-one-K-out refits"),
+                                "alpha's seed-jackknife interval, disjoint half-range and leave-one-K-out refits"),
                          (evidence, "Which binaries ran (versions, library digests, CUDA kernel names)")):
-        if got is not None:
+        if got is None:
+            continue
+        if doc is None or got is summary:
             blocks.append(Table(caption, got[0], (got[1],)))
+        else:
+            refs.append(doc.add_appendix(f"K sweep: {caption}", got[0], (got[1],)))
+    if refs:
+        blocks.append(Paragraph(f"Per K, the candidate models and the binaries that ran: appendix {', '.join(refs)}."))
     return blocks

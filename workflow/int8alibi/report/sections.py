@@ -170,7 +170,20 @@ def _definition_caption(name: str) -> str:
     return {"stated": "stated rule (analysis.yaml)", "paper": "paper-figure definition (paper.yaml)"}.get(name, name)
 
 
-DECISION_COLUMNS = ["rule", "definition", "faults", "counted_cells", "caught_cells", "caught_by", "verdict"]
+DECISION_COLUMNS = ["rule", "definition", "faults", "counted_cells", "caught_cells", "caught_by", "triggered"]
+
+
+def detection_beside(detection: pd.DataFrame) -> pd.DataFrame:
+    """Detection by fault with the two definitions side by side (counted and detected cells each)."""
+    key = ["fault", "regime"]
+    frames = []
+    for definition in ("stated", "paper"):
+        part = detection[detection["definition"] == definition].set_index(key)
+        frames.append(part[["observable", "detected"]].rename(columns={
+            "observable": f"counted_{definition}", "detected": f"detected_{definition}"}))
+    first = detection[detection["definition"] == "stated"].set_index(key)
+    out = first[["cells"]].join(frames, how="outer").join(first[["detected_by"]])
+    return out.reset_index()
 
 
 def faults(t: Tables, doc: Document) -> list[Block]:
@@ -196,9 +209,17 @@ def faults(t: Tables, doc: Document) -> list[Block]:
         blocks.append(Table("Decision rule D1 as registered (strict reading: any check, any regime); the real-scale "
                             "reading is in the findings", df[[c for c in DECISION_COLUMNS if c in df.columns]],
                             (decsrc,)))
-    for definition in sorted(detection["definition"].unique(), reverse=True):
-        part = detection[detection["definition"] == definition].drop(columns="definition")
-        blocks.append(Table(f"Detection by fault (F4 split by regime), {_definition_caption(definition)}", part, (dsrc,)))
+    if {"stated", "paper"} <= set(detection["definition"]):
+        blocks.append(Table("Detection by fault (F4 split by regime): counted and detected cells under the stated rule "
+                            "and under the paper-figure definition; detected by: the checks that fired (stated rule)",
+                            detection_beside(detection), (dsrc,),
+                            labels=(("counted_stated", "counted (stated)"), ("detected_stated", "detected (stated)"),
+                                    ("counted_paper", "counted (paper)"), ("detected_paper", "detected (paper)"))))
+    else:
+        for definition in sorted(detection["definition"].unique(), reverse=True):
+            part = detection[detection["definition"] == definition].drop(columns="definition")
+            blocks.append(Table(f"Detection by fault (F4 split by regime), {_definition_caption(definition)}", part,
+                                (dsrc,)))
     refs = []
     score = t.get("faults/scorecard.parquet")
     if score is not None:

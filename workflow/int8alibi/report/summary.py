@@ -264,7 +264,7 @@ def _pin_status(root: Path) -> str:
     first = next((a for a in amendments if a.data_pins.get("predictions") == pinned), None) if pinned else None
     pin = ("the per-layer prediction list is not pinned (exploratory)" if first is None else
            f"the per-layer prediction list pinned by {first.id} ({first.data['status']})")
-    return f"protocol in force {latest.id} ({latest.data['status']}); {pin}"
+    return f"{latest.id} ({latest.data['status']}) in force; {pin}"
 
 
 def setup(t: Tables, cfg: Any, protocol: Any, resolution: str, emulated: bool | None) -> list[Block]:
@@ -293,6 +293,6 @@ def setup(t: Tables, cfg: Any, protocol: Any, resolution: str, emulated: bool | 
     return [Heading("Run setup"),
             Table(f"This run (size profile {cfg['size_profile']}) beside the papers' setups", frame,
                   (Source("preregistration/paper.yaml", sha256_file(paper_file)),)),
-            Paragraph(f"Protocol: {_pin_status(protocol.root.parent)}." + (
+            Paragraph(f"Protocol: amendment {_pin_status(protocol.root.parent)}." + (
                 " A post-data pin was written after results of the pipeline had been seen: its predictions are not "
                 "blind." if "(post-data)" in _pin_status(protocol.root.parent).split("prediction list")[-1] else ""))]

@@ -33,18 +33,15 @@ def _frame(height: float, title: str, body: list[str]) -> str:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi]: steps of 1, 2 or 5 times a power of ten."""
+    """Round tick values from at or below ``lo`` to at or above ``hi``: steps of 1, 2 or 5 times a
+    power of ten, so an axis drawn from the first tick to the last holds every value."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo] if math.isfinite(lo) else [0.0]
     raw = (hi - lo) / max(count - 1, 1)
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    ticks, v = [], first
-    while v <= hi + 1e-9 * step:
-        ticks.append(0.0 if abs(v) < step * 1e-9 else v)
-        v += step
-    return ticks
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [0.0 if i == 0 else round(i * step, 12) for i in range(first, last + 1)]
 
 
 def _tick_text(v: float, unit: str) -> str:
@@ -155,7 +152,7 @@ def heat_map(title: str, rows: Sequence[str], cols: Sequence[str], cells: Sequen
     body += _x_axis(MARGIN_LEFT, MARGIN_LEFT + steps * width, scale_y + 12, 0.0, 1.0, "", "", [0.0, 0.5, 1.0])
     gx = MARGIN_LEFT + steps * width + 14
     body.append(f'<rect x="{_num(gx)}" y="{_num(scale_y)}" width="12" height="12" fill="#dddddd"/>'
-                f'<text x="{_num(gx + 16)}" y="{_num(scale_y + 10)}" font-size="10">n/a: never applicable</text></g>')
+                f'<text x="{_num(gx + 16)}" y="{_num(scale_y + 10)}" font-size="10">n/a: no observable, applicable cell</text></g>')
     return _frame(scale_y + 40, title, body)
 
 
@@ -164,7 +161,7 @@ def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lo
     """Point estimates with intervals on a shared horizontal axis that includes zero."""
     finite = [v for v in list(points) + list(lows) + list(highs) if math.isfinite(v)]
     ticks = nice_ticks(min(finite + [0.0]), max(finite + [0.0]))
-    lo, hi = min(ticks + finite + [0.0]), max(ticks + finite + [0.0])
+    lo, hi = ticks[0], ticks[-1]
     span = (hi - lo) or 1.0
     plot = WIDTH - MARGIN_LEFT - 90
 
@@ -182,7 +179,7 @@ def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lo
         if math.isfinite(points[i]):
             body.append(f'<circle cx="{_num(sx(points[i]))}" cy="{_num(y)}" r="4" fill="{PALETTE[3]}"/>')
             body.append(f'<text x="{_num(WIDTH - 80)}" y="{_num(y + 4)}" font-size="11">{escape(_num(points[i]) + unit)}</text>')
-    body += _x_axis(MARGIN_LEFT, MARGIN_LEFT + plot, axis_y, lo, hi, x_label, unit, [t for t in ticks if lo <= t <= hi])
+    body += _x_axis(MARGIN_LEFT, MARGIN_LEFT + plot, axis_y, lo, hi, x_label, unit, ticks)
     ly = axis_y + 42
     body.append(f'<circle cx="{MARGIN_LEFT + 5}" cy="{ly}" r="4" fill="{PALETTE[3]}"/>'
                 f'<text x="{MARGIN_LEFT + 14}" y="{ly + 4}" font-size="10">point estimate</text>'

@@ -69,7 +69,7 @@ def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistratio
     doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg), bool(emulated)))
     for section in sections.SECTIONS:
         doc.add(*section(tables, doc))
-    doc.add(*ksweep.section(tables, protocol.ksweep["paper"]))
+    doc.add(*ksweep.section(tables, protocol.ksweep["paper"], doc))
     doc.add(*sections.glossary())
     doc.add(document.Heading("Appendix"), doc.appendix_links(
         "Per-row tables, each with its source file and SHA-256, in appendix.html (appendix.md):"))
