@@ -1,8 +1,9 @@
-"""Counter-hash weights: splitmix64's published stream, integer sums in range, an exact value table,
-and the same bits whatever the chunking or thread count."""
+"""Counter-hash weights: splitmix64's published stream, integer sums in range, exact float32 values at
+the boundary sums, row gains, and the same bits whatever the chunking or thread count."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,21 +38,42 @@ def test_hash_and_sums_match_the_integer_definition(key):
         assert all(0 <= int(s) <= sw.SUM_MAX for s in sums)
 
 
-def test_value_table_boundaries_are_exact():
-    table = sw.value_table(0.02)
-    assert table.dtype == torch.bfloat16 and table.numel() == sw.SUM_MAX + 1 == 262141
-    step = torch.tensor(0.02 / sw.SUM_SIGMA, dtype=torch.float32)
-    for s in (0, 1, sw.SUM_CENTRE - 1, sw.SUM_CENTRE, sw.SUM_CENTRE + 1, sw.SUM_MAX - 1, sw.SUM_MAX):
-        expected = (torch.tensor(float(s - sw.SUM_CENTRE), dtype=torch.float32) * step).to(torch.bfloat16)
-        assert table[s].view(torch.int16) == expected.view(torch.int16), s
-    assert table[sw.SUM_CENTRE].item() == 0.0
-    assert torch.equal(table.flip(0).float(), -table.float())  # symmetric about the centre
-    assert bool((table[1:].float() >= table[:-1].float()).all())  # monotone
-    assert table[-1].item() == pytest.approx(3.4641 * 0.02, rel=5e-3)  # the sum's bound: sqrt(12)/2 * 2 sigma
-    norms = sw.value_table(0.02, 1.0)
-    assert norms[sw.SUM_CENTRE].item() == 1.0 and norms[0].item() < 1.0 < norms[-1].item()
+BOUNDARY_SUMS = np.array([0, 1, sw.SUM_CENTRE - 1, sw.SUM_CENTRE, sw.SUM_CENTRE + 1, sw.SUM_MAX - 1, sw.SUM_MAX])
+
+
+def test_element_values_at_the_boundary_sums_are_exact_float32_products():
+    scale = np.float32(0.02 / sw.SUM_SIGMA)
+    values = sw.element_values(BOUNDARY_SUMS, np.full(BOUNDARY_SUMS.size, scale))
+    # torch's float32 multiply of the exactly representable centred integers, independently
+    expected = torch.tensor([float(s - sw.SUM_CENTRE) for s in BOUNDARY_SUMS], dtype=torch.float32) * float(scale)
+    assert torch.equal(torch.from_numpy(values), expected)
+    assert values[3] == 0.0 and np.array_equal(values[::-1], -values)  # zero at the centre, symmetric
+    assert values[-1] == pytest.approx(3.4641 * 0.02, rel=1e-4)  # the sum's bound: sqrt(3) sigma each side
+    shifted = sw.element_values(BOUNDARY_SUMS, np.full(BOUNDARY_SUMS.size, scale), 1.0)
+    assert torch.equal(torch.from_numpy(shifted), expected + torch.tensor(1.0, dtype=torch.float32))
+    assert shifted[3] == 1.0
+
+
+def test_row_gains_and_scales_at_their_boundaries():
+    assert list(sw.row_gains(np.array([0, sw.SUM_CENTRE, sw.SUM_MAX]))) == [0.25, 1.0, 1.75]
+    key = sw.tensor_key(0, "w|rows")
+    scales = sw.row_scales(key, 3 * sw.CHUNK + 5, 0.02)  # more rows than one chunk of sums
+    sums = [int(sw.field_sums(key, r, 1)[0]) for r in (0, sw.CHUNK, 3 * sw.CHUNK + 4)]
+    expected = [np.float32(0.02 * (1 + 0.75 * (s - 131070) / 131070) / (sw.SUM_SIGMA * sw.GAIN_RMS)) for s in sums]
+    assert [scales[0], scales[sw.CHUNK], scales[-1]] == expected
+    flat = sw.row_scales(key, 4, 0.02, gains=False)
+    assert flat.dtype == np.float32 and set(flat.tolist()) == {float(np.float32(0.02 / sw.SUM_SIGMA))}
     with pytest.raises(InputError, match="std=0"):
-        sw.value_table(0.0)
+        sw.row_scales(key, 4, 0.0)
+
+
+def test_a_matrix_has_the_stated_std_and_spread_row_scales():
+    w = sw.seeded_tensor((512, 4096), 1, "model.layers.0.mlp.up_proj.weight", 0.02).float()
+    assert abs(w.std().item() - 0.02) < 2e-4 and abs(w.mean().item()) < 1e-4
+    absmax = w.abs().amax(dim=1)
+    assert (absmax.max() / absmax.min()).item() > 3  # rows' int8 scales cover more than an octave and a half
+    signed = w.gather(1, w.abs().argmax(dim=1, keepdim=True))
+    assert 0.4 < (signed < 0).float().mean().item() < 0.6  # rows whose absmax is negative, as in a real model
 
 
 def test_std_of_the_sum_is_that_of_four_uniform_fields():
@@ -62,14 +84,15 @@ def test_std_of_the_sum_is_that_of_four_uniform_fields():
 @pytest.mark.parametrize("threads,chunk", [(1, sw.CHUNK), (3, 1000), (2, 1), (8, 4097)])
 def test_fill_is_the_same_for_every_chunking_and_thread_count(threads, chunk):
     shape = (37, 113) if chunk == 1 else (301, 257)  # chunk 1 is slow: a smaller tensor
-    key, table = sw.tensor_key(3, "w"), sw.value_table(0.02)
-    reference = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, table, threads=1)
-    other = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, table, threads=threads, chunk=chunk)
+    key, scales = sw.tensor_key(3, "w"), sw.row_scales(sw.tensor_key(3, "w|rows"), shape[0], 0.02)
+    reference = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales, threads=1)
+    other = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales, threads=threads, chunk=chunk)
     assert torch.equal(reference.view(torch.int16), other.view(torch.int16))
-    # element i is table[sum(i)]: the flat index, independent of the shape it is laid out in
-    flat = reference.reshape(-1)
-    for i in (0, 1, flat.numel() // 2, flat.numel() - 1):
-        assert flat[i].view(torch.int16) == table[int(sw.field_sums(key, i, 1)[0])].view(torch.int16)
+    # element (r, c) is bf16(float32(s - centre) * scale[r]) for the sum of its flat index
+    for r, c in ((0, 0), (0, 1), (shape[0] // 2, shape[1] - 1), (shape[0] - 1, shape[1] - 1)):
+        s = int(sw.field_sums(key, r * shape[1] + c, 1)[0])
+        expected = (torch.tensor(float(s - sw.SUM_CENTRE), dtype=torch.float32) * float(scales[r])).to(torch.bfloat16)
+        assert reference[r, c].view(torch.int16) == expected.view(torch.int16)
 
 
 def test_a_prefix_is_the_start_of_a_longer_tensor_and_keys_differ_by_name_and_seed():
@@ -81,9 +104,12 @@ def test_a_prefix_is_the_start_of_a_longer_tensor_and_keys_differ_by_name_and_se
 
 
 def test_bad_arguments_are_refused():
+    scales = sw.row_scales(1, 2, 0.02)
     with pytest.raises(InputError, match="seed=-1"):
         sw.tensor_key(-1, "x")
     with pytest.raises(InputError, match="bf16 CPU"):
-        sw.fill(torch.empty(4), 1, sw.value_table(0.02))
+        sw.fill(torch.empty(4), 1, scales)
     with pytest.raises(InputError, match="chunk=0"):
-        sw.fill(torch.empty(4, dtype=torch.bfloat16), 1, sw.value_table(0.02), chunk=0)
+        sw.fill(torch.empty(4, dtype=torch.bfloat16), 1, scales, chunk=0)
+    with pytest.raises(InputError, match="3 float32 row scales do not divide 4"):
+        sw.fill(torch.empty(4, dtype=torch.bfloat16), 1, sw.row_scales(1, 3, 0.02))

@@ -78,9 +78,9 @@ def test_paper_presets_parameters_match_the_study_shapes_without_allocating(name
     assert round(total / 1e9, 1) == STATED_BILLIONS[name]
 
 
-def test_paper_preset_weights_come_from_the_counter_hash(monkeypatch):
-    """A paper preset's parameter is seeded_tensor(name) with std 0.02 (norms: offset 1): checked on
-    one matrix and one norm of the real 1.7B shapes, without building the model."""
+def test_paper_preset_weights_come_from_the_counter_hash():
+    """A paper preset's parameter is seeded_tensor(name) with std 0.02 (norms: offset 1), whatever
+    the thread count: checked on one matrix and one norm of the real 1.7B shapes."""
     spec = PRESETS["qwen3-1.7b"]
     shape = (1024, 2048)  # k_proj
     name = "model.layers.3.self_attn.k_proj.weight"
@@ -88,11 +88,7 @@ def test_paper_preset_weights_come_from_the_counter_hash(monkeypatch):
     assert torch.equal(w.view(torch.int16), seeded_tensor(shape, 7, name, 0.02, threads=1).view(torch.int16))
     norm = synthetic_tensor(spec, 7, "model.norm.weight", (2048,))
     assert torch.equal(norm, seeded_tensor((2048,), 7, "model.norm.weight", 0.02, 1.0))
-    values = w.float()
-    assert abs(values.std().item() - 0.02) < 2e-4 and abs(values.mean().item()) < 2e-4
-    signed_absmax = values.gather(1, values.abs().argmax(1, keepdim=True))
-    negative = (signed_absmax < 0).float().mean().item()
-    assert 0.4 < negative < 0.6  # rows whose absmax is negative, as in a real model
+    assert abs(norm.float().mean().item() - 1.0) < 2e-3
 
 
 def test_written_folder_loads_as_the_built_model(tmp_path):

@@ -5,10 +5,11 @@ papers' Qwen3-1.7B, 8B and 14B shapes for runs at their scale without their weig
 the GGUF package's tokenizer (the test suite's pinned bytes are made from it). The paper-scale
 presets take their weights from ``seeded_weights`` (a counter-based integer hash: the same bits on
 any machine, thread count or chunking, and fast enough for 14B) and the byte tokenizer
-(``byte_tokenizer``), so they need no package beyond the pipeline's own. Either way matrices are
-N(0, 0.02)-like, as in a freshly initialised model (symmetric: rows whose absmax is negative are
-as common as in a real model), norm weights 1 + the same, all bf16; every linear's K and N are
-multiples of 16 (kernel tiles).
+(``byte_tokenizer``), so they need no package beyond the pipeline's own. Either way matrices have
+standard deviation 0.02 and are symmetric (rows whose absmax is negative are as common as in a real
+model), norm weights are 1 + the same, all bf16; the paper presets' matrix rows also carry their own
+gains (0.25 to 1.75), so their int8 scales spread over octaves as a trained model's do. Every
+linear's K and N are multiples of 16 (kernel tiles).
 
 ``python -m int8alibi.model.synthetic --preset qwen3-1.7b --out DIR`` writes a preset as a Hugging
 Face folder (config, tokenizer, sharded safetensors), one shard in memory at a time.
