@@ -98,6 +98,7 @@ def test_written_folder_loads_as_the_built_model(tmp_path):
     folder = write_synthetic("tiny", 2, tmp_path / "parent", shard_bytes=300_000)
     shards = sorted(p.name for p in folder.glob("*.safetensors"))
     assert len(shards) > 2 and (folder / "model.safetensors.index.json").is_file()
+    assert folder.stat().st_mode & 0o777 == 0o755 and {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o644}
     model, tokenizer = load_hf_dir(folder)
     assert tensors_digest(model) == tensors_digest(build_synthetic("tiny", 2))
     assert len(tokenizer) == model.config.vocab_size == 49152

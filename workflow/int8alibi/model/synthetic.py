@@ -177,6 +177,9 @@ def write_synthetic(name: str, seed: int, out_dir: str | Path, *, shard_bytes: i
             index = {"metadata": {"total_size": sum(2 * torch.Size(s).numel() for s in shapes.values())},
                      "weight_map": {p: f for f, group in zip(files, groups) for p in group}}
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        for path in tmp.iterdir():  # readable by others, like any model folder (mkdtemp makes it private)
+            path.chmod(0o644)
+        tmp.chmod(0o755)
         tmp.rename(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
