@@ -37,6 +37,8 @@ def test_boundary_rows():
     rows[2, 5] = -127.0  # the largest magnitude negative
     rows[3, 7] = 2.0 ** -120  # a tiny absmax whose inverse 127/absmax is still finite
     rows[3, 9] = -(2.0 ** -121)
+    rows[3, 11] = 2.0 ** -127  # bf16 subnormals whose codes are not zero under that inverse (1 and -2)
+    rows[3, 12] = -3 * 2.0 ** -128
     rows[4] = torch.finfo(torch.bfloat16).max * torch.linspace(-1, 1, k)  # bf16's largest values
     rows[5, ::3] = 2.0 ** -133  # bf16 subnormals beside a normal absmax
     rows[5, 1] = 1.0
