@@ -77,3 +77,24 @@ def test_every_chart_has_labelled_axes_and_the_appendix_is_linked(tmp_path: Path
     for anchor in re.findall(r'href="appendix\.html#(a\d+)"', html):
         assert f'id="{anchor}"' in appendix
     assert re.search(r"\[\s*'", html) is None and "`" not in re.sub(r"<code>.*?</code>", "", html)
+
+
+def test_rerunning_the_stage_gives_the_same_manifest_digest_and_root_digest(tmp_path: Path, monkeypatch) -> None:
+    from int8alibi.provenance.chain import root_digest
+    from int8alibi.provenance.manifest import load_manifest
+
+    monkeypatch.chdir(ROOT)
+    results = _results(tmp_path)
+    out = results / "report"
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    digests = []
+    for seconds in ("1.0", "99.5"):  # Snakemake rewrites its benchmark file with another time on every run
+        (bench / "report.tsv").write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:01\t100.5\n")
+        out.mkdir(exist_ok=True)
+        report.run(CFG, out, results=results, benchmarks=bench)
+        digests.append((load_manifest(out / "manifest.json")["digest"], root_digest([out / "manifest.json"], results),
+                        _files(out)))
+    assert digests[0][0] == digests[1][0] and digests[0][1] == digests[1][1]
+    assert {k: v for k, v in digests[0][2].items() if k != "manifest.json"} == {
+        k: v for k, v in digests[1][2].items() if k != "manifest.json"}
