@@ -204,7 +204,9 @@ def test_without_torchs_probes_the_facts_say_why(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize(("code", "name"), [
     (1, "BRANCH_OFF"), (2, "AUTO"), (3, "COMPATIBLE"), (10, "AVX2"), (12, "AVX512"), (14, "AVX512_E1"),
-    (10 | 0x10000, "AVX2,STRICT"), (15, "code 15"), (0, "OFF"),
+    (10 | 0x10000, "AVX2,STRICT"), (15, "code 15"), (0, "OFF"), (4, "SSE2"), (5, "SSE3"), (6, "SSSE3"),
+    (7, "SSE4_1"), (8, "SSE4_2"), (9, "AVX"), (11, "AVX512_MIC"), (13, "AVX512_MIC_E1"),
+    (3 | 0x10000, "COMPATIBLE,STRICT"),
 ])
 def test_mkl_branch_codes_are_named_as_mkl_cbwr_spells_them(code: int, name: str) -> None:
     assert portable.mkl_branch_name(code) == name
@@ -238,6 +240,73 @@ def test_facts_record_what_could_move_bytes(monkeypatch: pytest.MonkeyPatch) -> 
     assert {name: recorded.get(name) for name in steering} == {name: f"value-{i}" for i, name in enumerate(steering)}
     monkeypatch.delenv("MKL_DYNAMIC")
     assert portable.facts()["steering"]["MKL_DYNAMIC"] == "unset"
+
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Example CPU @ 2.00GHz
+flags\t\t: fma sse2 avx2 avx512f
+bugs\t\t: spectre_v1
+
+processor\t: 1
+model name\t: Second CPU
+flags\t\t: sse2
+"""
+ARM_CPUINFO = "Processor\t: AArch64 Processor rev 1\nFeatures\t: fp asimd evtstrm\nCPU implementer\t: 0x41\n"
+
+
+def test_proc_cpuinfo_is_read_for_the_first_processors_model_and_flags() -> None:
+    assert portable.parse_cpuinfo(X86_CPUINFO) == ("Example CPU @ 2.00GHz", ["avx2", "avx512f", "fma", "sse2"])
+    assert portable.parse_cpuinfo(ARM_CPUINFO) == ("AArch64 Processor rev 1", ["asimd", "evtstrm", "fp"])
+    assert portable.parse_cpuinfo("cpu model\t\t: Loongson-3A\n") == ("Loongson-3A", [])
+    assert portable.parse_cpuinfo("") == ("unknown", [])
+
+
+def test_the_torch_probes_recorded_are_the_ones_the_cpu_paths_act_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AVX2/FMA and the AVX-512 subsets ATen's rule reads, VNNI/bf16/fp16, and AMX's tiles, int8, bf16, fp16."""
+    wanted = {"avx2", "fma3", "avx512_f", "avx512_vl", "avx512_bw", "avx512_dq", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16"}
+    every = {name: True for name in wanted}
+    _fake_probes(monkeypatch, {**every, "sse4_2": True, "avx512_ifma": True})
+    assert portable.torch_cpu_features() == every
+
+
+def test_a_probe_torch_does_not_report_is_recorded_as_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_probes(monkeypatch, {"avx2": True})
+    features = portable.torch_cpu_features()
+    assert features["avx2"] is True and not any(v for k, v in features.items() if k != "avx2")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86", "avx2": True}, raising=False)
+    assert portable.torch_cpu_features()["avx2"] is True          # 32-bit x86 is probed the same way
+
+
+def test_without_proc_cpuinfo_the_platform_names_the_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    def no_file(*args: object, **kwargs: object) -> None:
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(portable, "open", no_file, raising=False)
+    monkeypatch.setattr(platform, "processor", lambda: "arm")
+    assert portable._cpu_info() == ("arm", [])
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert portable._cpu_info() == ("unknown", [])
+
+
+def test_every_library_and_host_fact_names_its_source() -> None:
+    facts = portable.facts()
+    for name in ("cpu_model", "cpu_flags_sha256", "cpu_features", "cpu_capability_detected",
+                 "cpu_capability_effective", "mkl"):
+        assert name in facts and facts["sources"][name], name
+    assert "/proc/cpuinfo" not in " ".join(facts["sources"][n] for n in ("cpu_features", "cpu_capability_detected"))
+
+
+def test_the_c_library_is_named_or_said_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.36"))
+    assert portable.facts()["libc"] == "glibc 2.36"
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("", ""))
+    assert portable.facts()["libc"] == "unknown"
 
 
 def test_two_portable_hosts_with_other_probes_still_join() -> None:

@@ -132,14 +132,9 @@ FACT_SOURCES = {
 }
 
 
-def _cpu_info() -> tuple[str, list[str]]:
-    """(CPU model name, sorted feature flags) from the host's /proc/cpuinfo; ('unknown', []) where there is none."""
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
-    except OSError:
-        import platform
-
-        return platform.processor() or "unknown", []
+def parse_cpuinfo(text: str) -> tuple[str, list[str]]:
+    """(CPU model name, sorted feature flags) of /proc/cpuinfo's text: the first processor's entries
+    (x86 ``model name``/``flags``, Arm ``Processor`` or ``cpu model``/``Features``)."""
     model, flags = "unknown", []
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -149,6 +144,17 @@ def _cpu_info() -> tuple[str, list[str]]:
         elif key in ("flags", "Features") and not flags:
             flags = sorted(value.split())
     return model, flags
+
+
+def _cpu_info() -> tuple[str, list[str]]:
+    """The host's /proc/cpuinfo, parsed; the platform's processor name and no flags where there is none."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+    except OSError:
+        import platform
+
+        return platform.processor() or "unknown", []
+    return parse_cpuinfo(text)
 
 
 def torch_cpu_features() -> dict[str, bool] | str:
@@ -207,7 +213,7 @@ def mkl_facts() -> dict[str, str] | str:
     auto_branch.argtypes, auto_branch.restype = [], ctypes.c_int
     version_string(buffer, len(buffer))
     return {
-        "version": buffer.value.decode("ascii", "replace").strip(),
+        "version": buffer.value.decode("ascii", "replace"),
         "branch": mkl_branch_name(cbwr_get(1)),  # MKL_CBWR_BRANCH
         "auto_branch": mkl_branch_name(auto_branch()),
     }
