@@ -64,6 +64,19 @@ def test_plan_uses_the_resolved_device_and_falls_back_when_the_parent_is_unknown
     plan = resources.plan_resources(run, protocol)
     assert plan["perplexity"] == resources.rule_resources("perplexity", _size("qwen3-1.7b"), _study(), "cuda")
     unknown = resources.plan_resources({**run, "model": {"source": "hf", "parent": "${UNSET}"}}, protocol)
-    assert set(unknown.values()) == {resources.Resources(16000, 120)}
+    assert set(unknown.values()) == {resources.Resources(16000, 120, resources.WHOLE_DEVICE_MB)}
     with pytest.raises(Int8AlibiError, match="no estimate for rule 'report'"):
         resources.rule_resources("report", _size("tiny"), _study(), "cpu")
+
+
+def test_forward_pass_jobs_share_the_device_by_what_they_hold_and_the_rest_take_all_of_it():
+    size, work = _size("qwen3-14b"), _study()
+    gen = resources.rule_resources("generate", size, work, "cuda")
+    held = size.parent_bytes + size.checkpoint_bytes
+    assert gen.gpu_mem_mb == 1024 * math.ceil(math.ceil(1.2 * (GIB + held) / 2**20) / 1024)
+    assert 2 * gen.gpu_mem_mb < 139_000 < 4 * gen.gpu_mem_mb  # an H200 runs two 14B generate jobs at once
+    small = resources.rule_resources("generate", _size("qwen3-1.7b"), work, "cuda")
+    assert 8 * small.gpu_mem_mb <= 130_000  # and eight at 1.7B
+    for rule in ("capture", "compare", "faults", "requant", "prediction"):
+        assert resources.rule_resources(rule, size, work, "cuda").gpu_mem_mb == resources.WHOLE_DEVICE_MB
+    assert all(resources.rule_resources(r, size, work, "cpu").gpu_mem_mb == 0 for r in resources.RULE_STAGE)

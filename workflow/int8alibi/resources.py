@@ -12,6 +12,14 @@ process overhead, with headroom:
 * capture: P + Q + one phase's captured operands (int8 weights and activations of every linear);
 * prediction, compare, faults, ksweep: operands of a batch of layers (16 of the largest).
 
+``gpu_mem_mb`` (a CUDA run's device memory) lets one GPU serve several jobs at once on a
+workstation: the forward-pass stages whose time goes to launching small kernels (generate,
+prefill_decode, perplexity, tokens) ask for what they hold on the device (the same P + Q based
+estimate, plus the CUDA context); every other GPU stage sizes its batches by the device's free
+memory or streams whole checkpoints, so it asks for the whole device (``WHOLE_DEVICE_MB``, which
+Snakemake lowers to the profile's ``gpu_mem_mb`` limit) and runs alone. A CPU run asks for none.
+Which jobs share the device changes no byte: each is its own process computing the same thing.
+
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
 steps at 1.7B on an H200; 9-90x on a 2-core CPU), so the multiple (1000) leaves a factor of two. The SLURM executor plugin takes no device-memory request
@@ -36,6 +44,9 @@ RUNTIME_FIXED_MIN = 10
 RUNTIME_FLOOR_MULTIPLE = 1000
 OPERAND_BATCH = 16
 FALLBACK_MEM_MB, FALLBACK_RUNTIME = 16000, 120  # when the parent's size cannot be known at plan time
+CUDA_CONTEXT_BYTES = 1 << 30
+WHOLE_DEVICE_MB = 1 << 30  # more than any device: Snakemake caps it at the profile's gpu_mem_mb
+DEVICE_SHARING_RULES = frozenset({"generate", "prefill_decode", "perplexity", "tokens"})
 RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
     "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
     "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
@@ -46,10 +57,11 @@ RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share 
 
 @dataclass(frozen=True)
 class Resources:
-    """What one job of a rule requests: host memory in MiB, wall time in minutes."""
+    """What one job of a rule requests: host memory in MiB, wall time in minutes, device memory in MiB."""
 
     mem_mb: int
     runtime: int
+    gpu_mem_mb: int = 0
 
 
 def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
@@ -85,7 +97,16 @@ def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faul
     work = stage_work(size, load).get(RULE_STAGE[rule])
     floor = 0.0 if work is None else work.seconds(RATES["h200" if device == "cuda" else "cpu"])
     runtime = RUNTIME_FIXED_MIN + math.ceil(RUNTIME_FLOOR_MULTIPLE * floor / _jobs(rule, faults_shards) / 60)
-    return Resources(mem_mb=mem_mb, runtime=runtime)
+    return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=device_memory_mb(rule, size, load, device))
+
+
+def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str) -> int:
+    """Device MiB one job of ``rule`` asks for on a CUDA run (see the module doc); 0 on the CPU."""
+    if device != "cuda":
+        return 0
+    if rule not in DEVICE_SHARING_RULES:
+        return WHOLE_DEVICE_MB
+    return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held_bytes(rule, size, load)) / MIB / 1024)
 
 
 def plan_resources(run_config: Mapping[str, Any], protocol: Any, cache_dir: Path | None = None) -> dict[str, Resources]:
@@ -94,11 +115,12 @@ def plan_resources(run_config: Mapping[str, Any], protocol: Any, cache_dir: Path
     A parent whose size cannot be read at plan time (an unset variable, a missing folder: the model
     stage stops on it) gets the fixed fallback request.
     """
+    device = (run_config.get("resolved") or {}).get("device", run_config.get("device", "cpu"))
     try:
         size = model_size(run_config["model"], cache_dir)
-    except Int8AlibiError:
-        return {rule: Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME) for rule in RULE_STAGE}
+    except Int8AlibiError:  # unknown size: every GPU job runs alone on the device
+        fallback = Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME, WHOLE_DEVICE_MB if device == "cuda" else 0)
+        return {rule: fallback for rule in RULE_STAGE}
     load = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, run_config["size_profile"])
-    device = (run_config.get("resolved") or {}).get("device", run_config.get("device", "cpu"))
     shards = int(run_config.get("faults_shards") or 1)
     return {rule: rule_resources(rule, size, load, device, shards) for rule in RULE_STAGE}

@@ -20,6 +20,7 @@ checkpoint capture:
         mem_mb=RESOURCES["capture"].mem_mb,
         runtime=RESOURCES["capture"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["capture"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

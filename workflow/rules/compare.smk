@@ -20,6 +20,7 @@ rule compare:
         mem_mb=RESOURCES["compare"].mem_mb,
         runtime=RESOURCES["compare"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["compare"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

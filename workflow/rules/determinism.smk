@@ -25,6 +25,7 @@ rule generate:
         mem_mb=RESOURCES["generate"].mem_mb,
         runtime=RESOURCES["generate"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["generate"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

@@ -24,6 +24,7 @@ if int(config.get("faults_shards", 1)) <= 1:
             mem_mb=RESOURCES["faults"].mem_mb,
             runtime=RESOURCES["faults"].runtime,
             gpu=use_gpu(RUN),
+            gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
         conda:
             software_env(gpu_capable=True)
         shell:
@@ -56,6 +57,7 @@ else:
             mem_mb=RESOURCES["faults_shard"].mem_mb,
             runtime=RESOURCES["faults_shard"].runtime,
             gpu=use_gpu(RUN),
+            gpu_mem_mb=RESOURCES["faults_shard"].gpu_mem_mb,
         conda:
             software_env(gpu_capable=True)
         shell:
@@ -118,6 +120,7 @@ rule faults_smoke:
     resources:
         mem_mb=4000,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

@@ -20,6 +20,7 @@ rule perplexity:
         mem_mb=RESOURCES["perplexity"].mem_mb,
         runtime=RESOURCES["perplexity"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["perplexity"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

@@ -16,6 +16,7 @@ rule prediction:
         mem_mb=RESOURCES["prediction"].mem_mb,
         runtime=RESOURCES["prediction"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["prediction"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

@@ -20,6 +20,7 @@ rule prefill_decode:
         mem_mb=RESOURCES["prefill_decode"].mem_mb,
         runtime=RESOURCES["prefill_decode"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["prefill_decode"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

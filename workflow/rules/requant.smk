@@ -23,6 +23,7 @@ rule requant:
         mem_mb=RESOURCES["requant"].mem_mb,
         runtime=RESOURCES["requant"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["requant"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:

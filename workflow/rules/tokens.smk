@@ -23,6 +23,7 @@ rule tokens:
         mem_mb=RESOURCES["tokens"].mem_mb,
         runtime=RESOURCES["tokens"].runtime,
         gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["tokens"].gpu_mem_mb,
     conda:
         software_env(gpu_capable=True)
     shell:
