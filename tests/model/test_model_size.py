@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from int8alibi.errors import InputError
-from int8alibi.model.size import ModelSize, from_hf_config, model_size, read_hf_config
+from int8alibi.model.package import gguf_package_file
+from int8alibi.model.size import ModelSize, from_hf_config, gguf_header, model_size, read_hf_config
 from int8alibi.model.synthetic import parameter_shapes, synthetic_config
 from int8alibi.model.synthetic_presets import PRESETS
 
@@ -43,10 +44,32 @@ def test_hf_folder_and_gguf_package_sizes(tmp_path):
               "num_key_value_heads": 1, "vocab_size": 64, "tie_word_embeddings": True, "model_type": "llama"}
     (tmp_path / "config.json").write_text(json.dumps(fields))
     assert model_size({"source": "hf", "parent": str(tmp_path)}) == small()  # head_dim = 16 / 2
-    gguf = model_size({"source": "gguf-package"}, tmp_path / "cache")
+    gguf = model_size({"source": "gguf-package"})
     assert gguf.params == 134_515_008  # SmolLM2-135M: the GGUF file's tensors, element by element
-    assert (tmp_path / "cache" / "model-size.json").is_file()
-    assert model_size({"source": "gguf-package"}, tmp_path / "cache") == gguf  # from the cache
+
+
+def test_gguf_header_reads_what_the_gguf_package_reads():
+    from gguf import GGUFReader
+
+    path = gguf_package_file()
+    fields, tensors = gguf_header(path)
+    reader = GGUFReader(str(path))  # the reference reader, independent of ours
+    assert tensors == {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):  # the reader's own entries for the header (version, counts)
+            continue
+        expected = field.contents()
+        assert fields[key] == (len(expected) if isinstance(expected, list) else expected), key
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)  # truncated after the version
+    with pytest.raises(InputError, match="x.gguf: not a readable GGUF file"):
+        gguf_header(bad)
+    bad.write_bytes(b"NOPE" + bytes(20))
+    with pytest.raises(InputError, match="no GGUF magic"):
+        gguf_header(bad)
 
 
 def test_unusable_sources_are_named():

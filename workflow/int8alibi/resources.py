@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import Int8AlibiError
@@ -109,7 +108,7 @@ def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str) ->
     return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held_bytes(rule, size, load)) / MIB / 1024)
 
 
-def plan_resources(run_config: Mapping[str, Any], protocol: Any, cache_dir: Path | None = None) -> dict[str, Resources]:
+def plan_resources(run_config: Mapping[str, Any], protocol: Any) -> dict[str, Resources]:
     """Rule -> ``Resources`` for a run config (its ``resolved`` device) and the loaded protocol.
 
     A parent whose size cannot be read at plan time (an unset variable, a missing folder: the model
@@ -117,7 +116,7 @@ def plan_resources(run_config: Mapping[str, Any], protocol: Any, cache_dir: Path
     """
     device = (run_config.get("resolved") or {}).get("device", run_config.get("device", "cpu"))
     try:
-        size = model_size(run_config["model"], cache_dir)
+        size = model_size(run_config["model"])
     except Int8AlibiError:  # unknown size: every GPU job runs alone on the device
         fallback = Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME, WHOLE_DEVICE_MB if device == "cuda" else 0)
         return {rule: fallback for rule in RULE_STAGE}

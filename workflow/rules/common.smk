@@ -100,6 +100,9 @@ PYTHON = job_python(CONDA, Path.cwd())
 
 onstart:
     try:
+        from int8alibi.run_lock import hold  # one executing run per results folder, held until snakemake exits
+
+        workflow.globals["_RUN_LOCK"] = hold(RESULTS, RUN_CONFIG)
         write_run_config(RUN, RUN_CONFIG)
     except (Int8AlibiError, OSError) as exc:
         _stop(exc)
@@ -122,7 +125,7 @@ CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
 # size profile (int8alibi.resources); the SLURM profile sends them as --mem and --time.
 try:
-    RESOURCES = plan_resources(RUN, GATE.protocol, Path(".snakemake", "int8alibi"))
+    RESOURCES = plan_resources(RUN, GATE.protocol)
 except Int8AlibiError as exc:
     _stop(exc)
 

@@ -2,8 +2,7 @@
 
 Plan-time code (resources, floors) needs the parent's size without loading weights or importing
 transformers: it comes from the synthetic preset, the Hugging Face folder's ``config.json``, the
-saved parent of a finished run, or the GGUF file's metadata (read once per file and cached, as the
-reader takes seconds). The counts are those of a Llama/Qwen3-style decoder: seven linears per block,
+saved parent of a finished run, or the GGUF file's header. The counts are those of a Llama/Qwen3-style decoder: seven linears per block,
 two RMS norms per block (Qwen3 adds q/k norms of one head's width), embedding, final norm, and a
 head that is the embedding when tied.
 """
@@ -11,7 +10,6 @@ head that is the embedding when tied.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -129,49 +127,86 @@ def read_hf_config(path: Path) -> ModelSize:
     return from_hf_config(fields, str(path))
 
 
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_header(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
+    """A GGUF file's metadata (scalars and strings as values, arrays as their length) and its tensors'
+    shapes, read from the header alone (milliseconds; the gguf package's reader takes seconds)."""
+    import mmap
+    import struct
+
+    def fail(why: str) -> InputError:
+        return InputError(f"{path}: not a readable GGUF file ({why})")
+
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            pos = 0
+
+            def take(fmt: str) -> Any:
+                nonlocal pos
+                value = struct.unpack_from(fmt, data, pos)[0]
+                pos += struct.calcsize(fmt)
+                return value
+
+            def string() -> str:
+                nonlocal pos
+                size = take("<Q")
+                text = bytes(data[pos:pos + size]).decode("utf-8")
+                pos += size
+                return text
+
+            def value(kind: int) -> Any:
+                nonlocal pos
+                if kind in _GGUF_SCALARS:
+                    return take(_GGUF_SCALARS[kind])
+                if kind == _GGUF_STRING:
+                    return string()
+                if kind != _GGUF_ARRAY:
+                    raise fail(f"unknown value type {kind}")
+                item, count = take("<I"), take("<Q")
+                if item in _GGUF_SCALARS:
+                    pos += count * struct.calcsize(_GGUF_SCALARS[item])
+                else:
+                    for _ in range(count):
+                        value(item)
+                return count
+
+            if bytes(data[:4]) != b"GGUF":
+                raise fail("no GGUF magic")
+            pos = 4
+            if take("<I") not in (2, 3):
+                raise fail("only GGUF versions 2 and 3, little-endian, are read")
+            n_tensors, n_fields = take("<Q"), take("<Q")
+            fields: dict[str, Any] = {}
+            for _ in range(n_fields):
+                key = string()
+                fields[key] = value(take("<I"))
+            tensors: dict[str, tuple[int, ...]] = {}
+            for _ in range(n_tensors):
+                name = string()
+                dims = tuple(take("<Q") for _ in range(take("<I")))
+                take("<I"), take("<Q")  # type, offset
+                tensors[name] = dims
+            return fields, tensors
+    except (OSError, ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise fail(f"{type(exc).__name__}: {exc}") from exc
+
+
 def from_gguf(path: Path) -> ModelSize:
     """The size from a GGUF file's metadata (architecture-prefixed keys; vocabulary from its tokens)."""
-    try:
-        from gguf import GGUFReader
-    except ImportError as exc:
-        raise InputError(f"{path}: the gguf package is needed to read its metadata ({exc})") from exc
-    try:
-        reader = GGUFReader(str(path))
-        arch = reader.fields["general.architecture"].contents()
-        values = {key: field.contents() for key, field in reader.fields.items()}
-    except Exception as exc:  # the reader raises many types for a bad file
-        raise InputError(f"{path}: GGUF metadata not readable ({type(exc).__name__}: {exc})") from exc
+    values, tensors = gguf_header(path)
+    arch = values.get("general.architecture")
     fields: dict[str, Any] = {hf: values.get(f"{arch}.{key}") for key, hf in GGUF_KEYS.items()}
-    if fields["vocab_size"] is None and "tokenizer.ggml.tokens" in values:
-        fields["vocab_size"] = len(values["tokenizer.ggml.tokens"])
+    if fields["vocab_size"] is None:
+        fields["vocab_size"] = values.get("tokenizer.ggml.tokens")  # the token list's length
     head_dim = values.get(f"{arch}.attention.key_length") or values.get(f"{arch}.rope.dimension_count")
-    tensors = {t.name for t in reader.tensors}
-    fields.update(head_dim=head_dim, tie_word_embeddings="output.weight" not in tensors,
-                  model_type=arch)
+    fields.update(head_dim=head_dim, tie_word_embeddings="output.weight" not in tensors, model_type=arch)
     return from_hf_config(fields, str(path))
 
 
-def _cached_gguf(path: Path, cache_dir: Path | None) -> ModelSize:
-    """``from_gguf``, remembered by (path, size, mtime) in ``cache_dir/model-size.json``."""
-    if cache_dir is None:
-        return from_gguf(path)
-    st = path.stat()
-    key = f"{path.resolve().as_posix()}|{st.st_size}|{st.st_mtime_ns}"
-    cache = Path(cache_dir) / "model-size.json"
-    try:
-        known = json.loads(cache.read_text())
-        return ModelSize(**known[key])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    size = from_gguf(path)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({key: asdict(size)}, sort_keys=True))
-    os.replace(tmp, cache)
-    return size
-
-
-def model_size(model_cfg: Mapping[str, Any], cache_dir: Path | None = None) -> ModelSize:
+def model_size(model_cfg: Mapping[str, Any]) -> ModelSize:
     """The size of the parent ``model_cfg`` (a config's ``model`` block) names, without loading it."""
     source = model_cfg.get("source")
     if source == "synthetic":
@@ -187,5 +222,5 @@ def model_size(model_cfg: Mapping[str, Any], cache_dir: Path | None = None) -> M
     if source == "gguf-package":
         from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file
 
-        return _cached_gguf(gguf_package_file(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE), cache_dir)
+        return from_gguf(gguf_package_file(model_cfg.get("gguf_package") or DEFAULT_GGUF_PACKAGE))
     raise InputError(f"config model.source {source!r}: expected hf, gguf-package or synthetic")
