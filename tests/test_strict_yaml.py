@@ -49,7 +49,7 @@ def test_deep_nesting_and_oversized_files_are_refused(tmp_path: Path) -> None:
         strict_yaml.parse(deep, "deep.yaml")
     big = tmp_path / "big.yaml"
     big.write_text("x: '" + "a" * (strict_yaml.MAX_BYTES + 1) + "'\n")
-    with pytest.raises(InputError, match=r"big\.yaml: \d+ bytes, more than the 1048576"):
+    with pytest.raises(InputError, match=r"big\.yaml: more than the 1048576 bytes"):
         strict_yaml.read(big)
 
 
@@ -62,3 +62,38 @@ def test_unhashable_key_missing_file_and_binary_are_named(tmp_path: Path) -> Non
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(InputError, match=r"bin\.yaml: not UTF-8 text"):
         strict_yaml.read(binary)
+
+
+def test_special_files_empty_files_and_deep_files_end_in_one_named_error_quickly(tmp_path: Path) -> None:
+    import os
+    import time
+
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"config\.yaml: not a regular file \(a FIFO"):
+        strict_yaml.read(fifo)  # a plain open would wait for a writer forever
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(InputError, match=r"folder\.yaml: not a regular file \(a folder\)"):
+        strict_yaml.read(tmp_path / "folder.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("  \n")
+    with pytest.raises(InputError, match=r"empty\.yaml: empty \(a YAML mapping was expected\)"):
+        strict_yaml.read(empty)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("x: " + "[" * 5000 + "]" * 5000 + "\n")
+    started = time.monotonic()
+    with pytest.raises(InputError, match=r"deep\.yaml: not valid YAML: line 1: nested deeper than"):
+        strict_yaml.read(deep)
+    assert time.monotonic() - started < 5
+
+
+def test_the_checker_prints_one_line_per_file_with_names_escaped(tmp_path: Path, capsys) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("a: 1\n")
+    hostile = tmp_path / "bad\nerror: fake verdict\x1b[0m.yaml"
+    hostile.write_text("a: &x 1\n")
+    assert strict_yaml.main([str(good), str(hostile)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{good}: ok"]
+    lines = err.splitlines()
+    assert len(lines) == 1 and "bad\\x0aerror: fake verdict\\x1b[0m.yaml" in lines[0] and "anchor &x refused" in lines[0]

@@ -220,6 +220,56 @@ def test_a_dry_run_during_a_run_does_not_change_what_its_jobs_read(run_with_a_sp
     assert len(list(repo.glob("results/.run/*/config.yaml"))) == 1  # the dry run wrote none
 
 
+@pytest.mark.slow
+def test_a_second_run_into_the_same_results_folder_is_refused_while_one_executes(tmp_path: Path) -> None:
+    """Another config (here past Snakemake's own lock with --nolock, as from a second checkout sharing
+    results_root) is refused by the results folder's run lock with one line; the first run finishes."""
+    repo = copy_project(tmp_path / "concurrent")
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
+    (repo / "config" / "other.yaml").write_text(TINY_CONFIG.replace("exploratory: false", "exploratory: true"))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    run = subprocess.Popen([str(SNAKEMAKE), "results/capture/manifest.json", "--cores", "1", "--configfile",
+                            "config/test.yaml"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=env)
+    try:
+        deadline = time.monotonic() + 600
+        while not (repo / "logs" / "model.log").exists():
+            assert run.poll() is None and time.monotonic() < deadline, "the run ended before its first job"
+            time.sleep(0.2)
+        second = smk(repo, "results/capture/manifest.json", "--cores", "1", "--nolock", "--configfile",
+                     "config/other.yaml")
+        assert run.poll() is None, "inconclusive: the first run ended before the second started"
+        line = refused(second, "results: another run is executing into this results folder", "process")
+        assert str(run.pid) in line
+        out, _ = run.communicate(timeout=1200)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out[-3000:]
+    assert len(list(repo.glob("results/.run/*/config.yaml"))) == 1  # the refused run wrote no run config
+
+
+@pytest.mark.slow
+def test_an_upstream_manifest_rewritten_with_the_same_tables_reruns_its_readers(run_with_a_space: Path) -> None:
+    """What changing only the second arm does to capture (its index bytes stay, its manifest does not):
+    faults_smoke, whose manifest links capture's, is scheduled again instead of failing later with
+    'chain broken' (Snakemake skips an input whose bytes are unchanged, so the manifest is an input)."""
+    repo = run_with_a_space
+    args = (TARGET, "-n", "--cores", "1", "--configfile", "config/test.yaml")
+    done = smk(repo, *args)
+    assert done.returncode == 0 and "Nothing to be done" in done.stdout + done.stderr, done.stdout[-2000:]
+    manifest = repo / "results" / "capture" / "manifest.json"
+    original = manifest.read_bytes()
+    try:
+        manifest.write_bytes(original + b"\n")  # what a rerun writes: a new manifest, the same tables
+        done = smk(repo, *args)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0 and "rule faults_smoke:" in out, out[-3000:]
+        assert "results/capture/manifest.json" in out  # named as the updated input
+    finally:
+        manifest.write_bytes(original)
+
+
 def tree_digests(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -229,7 +279,8 @@ def tree_digests(folder: Path) -> dict[str, str]:
 def test_a_job_that_fails_under_snakemake_leaves_the_previous_outputs_as_they_were(run_with_a_space: Path,
                                                                                    tmp_path: Path) -> None:
     """Declared outputs are `update()` (Snakemake keeps a copy and puts it back when the job fails) and
-    the stage itself runs as a transaction on its folder, so the parent folder beside them stays too."""
+    the stage itself runs as a transaction on its folder, so the parent folder beside them stays too.
+    Last in this file: Snakemake records the failed attempt's params, so the next run redoes the stage."""
     repo = run_with_a_space
     bad = tmp_path / "bad-parent"
     bad.mkdir()
@@ -243,3 +294,4 @@ def test_a_job_that_fails_under_snakemake_leaves_the_previous_outputs_as_they_we
     assert "not readable JSON" in (repo / "logs" / "model.log").read_text()
     assert tree_digests(repo / "results" / "model") == before
     assert not [p for p in (repo / "results").iterdir() if p.name.endswith(".previous")]
+

@@ -91,17 +91,50 @@ def _load(text: str, source: str, error: type[Exception]) -> Any:
 
 def read(path: str | Path, source: str | None = None, error: type[Exception] = InputError) -> Any:
     """Read and strictly parse one YAML file (at most ``MAX_BYTES``); errors name ``source`` or the path."""
+    from .provenance.hashing import open_regular
+
     path = Path(path)
     name = source or str(path)
+    if not path.exists() and not path.is_symlink():
+        raise error(f"{name}: file not found")
+    with open_regular(path, error) as handle:  # a FIFO or device is named, never waited on
+        try:
+            data = handle.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise error(f"{name}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > MAX_BYTES:
+        raise error(f"{name}: more than the {MAX_BYTES} bytes a YAML file may have here")
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise error(f"{name}: {size} bytes, more than the {MAX_BYTES} a YAML file may have here")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise error(f"{name}: a directory, not a YAML file") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{name}: not UTF-8 text: {exc}") from None
+    if not text.strip():
+        raise error(f"{name}: empty (a YAML mapping was expected)")
     return parse(text, name, error)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m int8alibi.strict_yaml FILE ...``: one line per file, ``FILE: ok`` or what is wrong
+    (read a config you did not write before handing it to Snakemake's own loader)."""
+    import sys
+
+    from .printable import printable
+
+    files = sys.argv[1:] if argv is None else argv
+    if not files:
+        print("usage: python -m int8alibi.strict_yaml FILE ...", file=sys.stderr)
+        return 2
+    bad = 0
+    for file in files:
+        try:
+            read(file)
+        except InputError as exc:
+            print(printable(exc), file=sys.stderr)
+            bad += 1
+        else:
+            print(printable(f"{file}: ok"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

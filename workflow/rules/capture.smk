@@ -1,6 +1,7 @@
 checkpoint capture:
     input:
         gate=rules.requant.output.gate,
+        requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("capture"),
     # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
     # directory outputs (Snakemake would add a timestamp file to them).

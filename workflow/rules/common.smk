@@ -100,6 +100,9 @@ PYTHON = job_python(CONDA, Path.cwd())
 
 onstart:
     try:
+        from int8alibi.run_lock import hold  # one executing run per results folder, held until snakemake exits
+
+        workflow.globals["_RUN_LOCK"] = hold(RESULTS, RUN_CONFIG)
         write_run_config(RUN, RUN_CONFIG)
     except (Int8AlibiError, OSError) as exc:
         _stop(exc)

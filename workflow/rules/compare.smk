@@ -1,7 +1,9 @@
 rule compare:
     input:
         index=rules.capture.output.index,
+        capture_manifest=rules.capture.output.manifest,
         predictions=rules.prediction.output.predictions,
+        prediction_manifest=rules.prediction.output.manifest,
         protocol=protocol_files("compare"),
     output:
         layers=update(f"{RESULTS}/compare/layers.parquet"),

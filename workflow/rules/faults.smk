@@ -3,6 +3,7 @@ if int(config.get("faults_shards", 1)) <= 1:
     rule faults:
         input:
             index=rules.capture.output.index,
+            capture_manifest=rules.capture.output.manifest,
             protocol=protocol_files("faults"),
         output:
             cells=update(f"{RESULTS}/faults/cells.parquet"),
@@ -40,6 +41,7 @@ else:
     rule faults_shard:
         input:
             index=rules.capture.output.index,
+            capture_manifest=rules.capture.output.manifest,
             protocol=protocol_files("faults"),
         output:
             manifest=update(f"{RESULTS}/faults/shards/{{start}}_{{stop}}/manifest.json"),
@@ -100,6 +102,7 @@ rule faults_smoke:
     """The disclosed smoke run: the campaign on the first two captured layers only."""
     input:
         index=rules.capture.output.index,
+        capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("faults"),
     output:
         cells=update(f"{RESULTS}/faults_smoke/cells.parquet"),

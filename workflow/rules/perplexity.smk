@@ -1,7 +1,9 @@
 rule perplexity:
     input:
         gate=rules.requant.output.gate,
+        requant_manifest=rules.requant.output.manifest,
         parent=rules.model.output.info,
+        model_manifest=rules.model.output.manifest,
         protocol=protocol_files("perplexity"),
     output:
         windows=update(f"{RESULTS}/perplexity/windows.parquet"),

@@ -1,6 +1,7 @@
 rule prediction:
     input:
         index=rules.capture.output.index,
+        capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("prediction"),
     output:
         predictions=update(f"{RESULTS}/prediction/predictions.parquet"),

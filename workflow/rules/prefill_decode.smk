@@ -2,6 +2,7 @@ rule prefill_decode:
     """Same arm, prefill versus decode: token flips and the first module whose bits differ."""
     input:
         gate=rules.requant.output.gate,
+        requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("prefill_decode"),
     output:
         prefill_decode=update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),

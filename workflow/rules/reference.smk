@@ -9,6 +9,10 @@ from int8alibi.workflow_support import llmcompressor_python, lock_param
 rule reference_checkpoint:
     input:
         parent=rules.model.output.info,
+        # the upstream manifest too (every rule that reads another stage's outputs names it): a rerun
+        # that rewrote it but left the tables' bytes as they were (Snakemake skips such an input) must
+        # rerun this stage, whose manifest records that manifest's digest
+        model_manifest=rules.model.output.manifest,
     output:
         manifest=update(f"{RESULTS}/reference/manifest.json"),
     params:

@@ -1,6 +1,7 @@
 rule requant:
     input:
         parent=rules.model.output.info,
+        model_manifest=rules.model.output.manifest,
         protocol=protocol_files("requant"),
         # the gate's reference: llm-compressor's own checkpoint of the parent, made in the run, unless
         # the config names a committed checkpoint (then that one, and reference_checkpoint never runs)

@@ -1,7 +1,9 @@
 rule tokens:
     input:
         gate=rules.requant.output.gate,
+        requant_manifest=rules.requant.output.manifest,
         parent=rules.model.output.info,
+        model_manifest=rules.model.output.manifest,
         protocol=protocol_files("tokens"),
     output:
         positions=update(f"{RESULTS}/tokens/positions.parquet"),
