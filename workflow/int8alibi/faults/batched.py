@@ -67,10 +67,6 @@ class Picks:
         return np.repeat(np.arange(len(self.sizes), dtype=np.int64), self.sizes)
 
 
-def _segment(fault: int, regime: int, severity: int) -> int:
-    return (fault * R + regime) * 2 + severity
-
-
 def draw_picks(layer: str, m: int, k: int, n: int, settings: CampaignSettings) -> Picks:
     """Every seeded draw of one layer. Data-independent, so it runs ahead in worker processes.
 
