@@ -230,3 +230,14 @@ def test_layer_bytes_covers_the_batchs_largest_tensors(settings: CampaignSetting
         operands64 = (m + n) * k * 8
         padded32 = (m + n) * tiles * settings.tile_width * 4
         assert batched.layer_bytes(m, k, n, settings.tile_width) >= outputs + f5 + accumulators + operands64 + padded32
+
+
+def test_the_measured_configuration_fits_and_a_small_device_takes_fewer(settings: CampaignSettings,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight Qwen3-1.7B layers (M = 512) per batch ran on an H200 (141 GB) within 10 GiB; a 16 GiB
+    device must take fewer than eight of the widest ones, and any device at least one."""
+    shapes = [(512, 2048, 2048), (512, 2048, 6144), (512, 6144, 2048)]     # q/o, gate/up, down
+    for m, k, n in shapes:
+        assert batched.batch_size(m, k, n, settings, _fake_cuda(monkeypatch, 141 * 10**9)) == 8
+    assert 1 <= batched.batch_size(512, 2048, 6144, settings, _fake_cuda(monkeypatch, 16 * 2**30)) < 8
+    assert batched.batch_size(512, 2048, 6144, settings, _fake_cuda(monkeypatch, 2**30)) == 1
