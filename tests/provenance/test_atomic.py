@@ -156,3 +156,42 @@ def test_the_next_run_of_a_stage_removes_a_killed_runs_temporaries(tmp_path: Pat
     assert stage_main(write_small_table, ["--config", str(config), "--out", str(out)]) == 0
     assert not staging.exists() and sorted(p.name for p in out.iterdir()) == ["small.parquet"]
     assert f"removed {staging} (1000000 bytes)" in caplog.text
+
+
+def test_a_full_disk_reported_in_a_library_error_type_is_named(tmp_path) -> None:
+    """safetensors reports ENOSPC in its own error type, with the OS error only in the message."""
+    import pytest as _pytest
+
+    from int8alibi.errors import DiskFullError
+    from int8alibi.provenance.atomic import disk_space
+
+    target = tmp_path / "model.safetensors"
+    message = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+    with _pytest.raises(DiskFullError, match=r"model\.safetensors: disk full while writing"):
+        with disk_space(target):
+            raise RuntimeError(message)
+    with _pytest.raises(ValueError, match="unrelated"):  # anything else passes through unchanged
+        with disk_space(target):
+            raise ValueError("unrelated")
+
+
+def write_big_operands(cfg, out_dir: Path) -> None:
+    """A stage body: capture's safetensors writer with more operands than the disk holds."""
+    from int8alibi.operands import save_operands, synthetic_layers
+
+    save_operands(out_dir / "operands" / "own-prefill.safetensors",
+                  list(synthetic_layers("qwen3-1.7b", m=64, blocks=1)))
+
+
+def test_a_full_disk_inside_the_safetensors_writer_is_one_named_line(tiny_tmpfs: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "cfg.yaml"
+    config.write_text((PROJECT / "config" / "config.yaml").read_text())
+    (tiny_tmpfs / "stage").mkdir()
+    (tiny_tmpfs / "stage" / "index.parquet").write_bytes(b"an earlier run's table")
+    code = stage_main(write_big_operands, ["--config", str(config), "--out", str(tiny_tmpfs / "stage")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "disk full while writing" in err, err
+    assert "Traceback" not in err
+    assert [p.name for p in (tiny_tmpfs / "stage").iterdir()] == ["index.parquet"]  # as it was
+    assert (tiny_tmpfs / "stage" / "index.parquet").read_bytes() == b"an earlier run's table"

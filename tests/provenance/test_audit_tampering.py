@@ -94,3 +94,41 @@ def test_an_edited_run_config_no_longer_verifies(project: Path) -> None:
     run_config.write_text("resolved:\n  host: planner\n  arms: [b, a]\n")  # the two arms swapped
     found = errors(results)
     assert any("results/.run/0123456789abcdef/config.yaml" in e and "sha256 changed" in e for e in found), found
+
+
+def test_hostile_file_names_print_escaped_on_one_line_each(project: Path, capsys) -> None:
+    from int8alibi.provenance.audit import verify_main
+
+    stage = project / "results" / "alpha"
+    (stage / "x\nroot digest: 0000 (looks like a verdict)\x1b[2J").write_text("planted\n")
+    (stage / b"bad-\xff-byte".decode("utf-8", "surrogateescape")).write_text("planted\n")
+    assert verify_main([str(project / "results")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith(("error: ", "notice: ", "verified ", "root digest: none")) for line in lines), lines
+    assert any("x\\x0aroot digest: 0000 (looks like a verdict)\\x1b[2J: undeclared file" in line for line in lines)
+    assert any("bad-\\xff-byte: undeclared file" in line for line in lines)
+
+
+def test_an_output_replaced_by_a_folder_is_said_so(project: Path) -> None:
+    table = project / "results" / "alpha" / "layers.parquet"
+    table.unlink()
+    table.mkdir()
+    found = errors(project / "results")
+    assert any("layers.parquet: a folder is where this file was recorded" in e for e in found), found
+
+
+def test_a_copy_outside_its_checkout_is_pointed_to_project_root(project: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy" / "results"
+    shutil.copytree(project / "results", copy)
+    found = errors(copy)
+    assert any("pass --project-root CHECKOUT" in e for e in found), found
+    assert [f for f in verify(copy, project) if f.level == "error"] == []
+
+
+def test_a_missing_project_root_is_one_line(project: Path, tmp_path: Path, capsys) -> None:
+    from int8alibi.provenance.audit import verify_main
+
+    assert verify_main([str(project / "results"), "--project-root", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"int8alibi verify: --project-root {tmp_path / 'nowhere'}: not a folder (the project checkout "
+                   "holding preregistration/)"]

@@ -42,16 +42,22 @@ def temp_dir(parent: str | os.PathLike[str], name: str) -> Path:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC from the OS, or from a library that keeps only the message (pyarrow)."""
-    return isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or "No space left on device" in str(exc))
+    """ENOSPC from the OS, or from a library that keeps only the message: pyarrow's OSError, or
+    safetensors' own error type (``IoError(Os { code: 28, kind: StorageFull, ... })``)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return isinstance(exc, Exception) and ("No space left on device" in str(exc) or "StorageFull" in str(exc))
 
 
 @contextmanager
 def disk_space(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn ENOSPC raised inside the block into a ``DiskFullError`` naming ``path``."""
+    """Turn ENOSPC raised inside the block (by the OS or by a library in its own error type) into a
+    ``DiskFullError`` naming ``path``."""
     try:
         yield
-    except OSError as exc:
+    except DiskFullError:
+        raise
+    except Exception as exc:
         if is_disk_full(exc):
             free = shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else ".").free
             raise DiskFullError(f"{path}: disk full while writing ({free} bytes free on its filesystem); "

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
+from ..printable import printable
 from .chain import check_record, missing_links, root_digest, upstream_links
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
 from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
@@ -43,7 +44,9 @@ class Finding:
     reason: str
 
     def text(self) -> str:
-        return f"{self.level}: {self.manifest}: {self.subject}: {self.reason}"
+        """One line: names with control characters or undecodable bytes are escaped, so no file name
+        can print a line that looks like a verdict of its own."""
+        return printable(f"{self.level}: {self.manifest}: {self.subject}: {self.reason}")
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Difference:
     b: Any
 
     def text(self) -> str:
-        return f"{self.field}: {_show(self.a)} -> {_show(self.b)}"
+        return printable(f"{self.field}: {_show(self.a)} -> {_show(self.b)}")
 
 
 def _show(value: Any) -> str:
@@ -173,11 +176,13 @@ def _protocol_state(root: Path) -> _ProtocolState:
             chain.append(Finding(NOTICE, where, "amendment history", str(getattr(history, "detail", history))))
     except Int8AlibiError as exc:
         chain.append(Finding(ERROR, where, "amendment chain", str(exc)))
+    except OSError as exc:  # e.g. the project root is not a folder git can run in
+        chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
     except AttributeError as exc:
         chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
     try:
         return _ProtocolState(module, module.current_pins(root), "", tuple(chain), _amendment_records(root))
-    except (Int8AlibiError, AttributeError) as exc:
+    except (Int8AlibiError, AttributeError, OSError) as exc:
         return _ProtocolState(module, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
 
 
@@ -193,7 +198,8 @@ def _strip_root(rel: str, protocol_root: str) -> str:
     return rel.removeprefix(f"{protocol_root.rstrip('/')}/")
 
 
-def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: _ProtocolState) -> list[Finding]:
+def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: _ProtocolState,
+                    given_root: bool = True) -> list[Finding]:
     """Recorded protocol files must still hash to their pins; a later amendment is reported."""
     recorded = manifest["protocol"]
     proot = recorded.get("root", "preregistration")
@@ -206,8 +212,11 @@ def _check_protocol(manifest: Mapping[str, Any], where: str, root: Path, state: 
         path = root / rel if (root / rel).exists() else root / proot / rel
         subject = f"protocol file {rel}"
         if not path.is_file():
-            out.append(Finding(level, where, subject, f"missing ({scope})" if level == ERROR else
-                               "missing (not read by this stage)"))
+            hint = ("" if given_root or (root / proot).is_dir() else
+                    f"; no {proot}/ under {root}: if this run is a copy outside its checkout, pass --project-root "
+                    "CHECKOUT")
+            out.append(Finding(level, where, subject, (f"missing ({scope})" if level == ERROR else
+                               "missing (not read by this stage)") + hint))
         elif (now := sha256_file(path)) != sha:
             out.append(Finding(level, where, subject, f"changed since this stage ran (recorded {sha}, now {now}; "
                                + (scope if level == ERROR else "not read by this stage") + ")"))
@@ -275,7 +284,8 @@ def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path
     out.extend(Finding(ERROR, where, "stage folder", reason) for reason in _stray(path, located))
     out.extend(Finding(ERROR, where, "upstream", reason) for reason in upstream_links(path, manifest))
     out.extend(Finding(ERROR, where, "upstream", reason) for reason in missing_links(path, manifest, located["inputs"]))
-    out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state))
+    out.extend(_check_protocol(manifest, where, project_root or inferred_root(path, stage_dir), state,
+                               given_root=project_root is not None))
     return out
 
 
@@ -328,6 +338,10 @@ def verify_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect-root", metavar="SHA256", default=None,
                         help="the published root digest: anything else is an error")
     args = parser.parse_args(argv)
+    if args.project_root is not None and not args.project_root.is_dir():
+        print(printable(f"int8alibi verify: --project-root {args.project_root}: not a folder (the project "
+                        "checkout holding preregistration/)"), file=sys.stderr)
+        return 1
     findings = verify(args.results, args.project_root)
     manifests = find_manifests(args.results) if args.results.exists() else []
     base = args.results if args.results.is_dir() else args.results.parent
@@ -536,7 +550,7 @@ def diff_main(argv: list[str] | None = None) -> int:
     try:
         differences = diff(args.run_a, args.run_b, rehash=rehash)
     except Int8AlibiError as exc:
-        print(f"int8alibi diff: {exc}", file=sys.stderr)
+        print(printable(f"int8alibi diff: {exc}"), file=sys.stderr)
         return 2
     why = explain(differences)
     if args.json:

@@ -67,8 +67,10 @@ def check_record(rec: Mapping[str, Any], path: Path) -> list[str]:
         if not reasons and listing_digest(now) != rec["sha256"]:
             reasons.append(f"folder digest changed (recorded {rec['sha256']}, now {listing_digest(now)})")
         return reasons
+    if path.is_dir():
+        return ["a folder is where this file was recorded"]
     if not path.is_file():
-        return ["missing"]
+        return ["missing" if not path.exists() else "not a regular file (a FIFO, socket or device)"]
     now_sha = sha256_file(path)
     if now_sha == rec["sha256"]:
         return []
