@@ -65,7 +65,7 @@ def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistratio
            "The per-layer predictions were pinned before compare read them (see the setup for the pin's status).")))
     tables = sections.Tables(results, tuple(protocol.paper["claims"]))
     doc.add(*summary.setup(tables, cfg, protocol, _resolution(cfg), emulated))
-    doc.add(*summary.findings(tables, protocol))
+    doc.add(*summary.findings(tables, protocol, emulated))
     doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg), bool(emulated)))
     for section in sections.SECTIONS:
         doc.add(*section(tables, doc))
