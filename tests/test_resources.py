@@ -34,15 +34,15 @@ def test_memory_is_the_held_bytes_plus_overhead_with_headroom_in_whole_gib():
     assert r.runtime == 10 + math.ceil(1000 * floor / 60)
 
 
-def test_a_14b_parent_gets_requests_that_hold_it_and_fit_one_node():
+def test_a_14b_parent_gets_requests_that_hold_it():
     size, work = _size("qwen3-14b"), _study()
     assert size.parent_bytes == pytest.approx(29.54e9, rel=1e-3)
     plan = {rule: resources.rule_resources(rule, size, work, "cuda") for rule in resources.RULE_STAGE}
     for rule in ("model", "reference_checkpoint", "requant", "capture", "generate", "prefill_decode",
                  "perplexity", "tokens"):
         assert plan[rule].mem_mb * 2**20 > size.parent_bytes + size.checkpoint_bytes, rule
-        assert plan[rule].mem_mb < 128_000, rule  # a 128 GB node
-    assert plan["model"].mem_mb * 2**20 > 3 * size.parent_bytes
+        assert rule == "model" or plan[rule].mem_mb < 128_000, rule  # a 128 GB node
+    assert plan["model"].mem_mb * 2**20 > 5.5 * size.parent_bytes  # as measured for the model stage
     small = {rule: resources.rule_resources(rule, _size("qwen3-1.7b"), work, "cuda") for rule in resources.RULE_STAGE}
     assert all(small[r].mem_mb <= plan[r].mem_mb and small[r].runtime <= plan[r].runtime for r in plan)
 

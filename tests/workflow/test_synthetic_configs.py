@@ -1,5 +1,5 @@
 """The paper-scale synthetic configs validate, and a SLURM dry run of the 14B one requests memory
-that holds a 14B parent (the parent's size comes from the preset at plan time)."""
+that holds a 14B parent on every heavy rule (the parent's size comes from the preset at plan time)."""
 
 from __future__ import annotations
 
@@ -48,5 +48,6 @@ def test_slurm_dry_run_of_14b_requests_what_the_parent_needs(tmp_path: Path) -> 
     mem = _requests(out)
     for rule in ("model", "reference_checkpoint", "requant", "capture", "generate", "prefill_decode",
                  "perplexity", "tokens"):
-        assert parent_mib < mem[rule] < 128_000, (rule, mem.get(rule))  # holds the parent, fits a 128 GB node
-    assert mem["model"] > 3 * parent_mib
+        assert parent_mib < mem[rule], (rule, mem.get(rule))
+        assert rule == "model" or mem[rule] < 128_000, (rule, mem[rule])  # fits a 128 GB node
+    assert mem["model"] > 5.5 * parent_mib  # the model stage's round trip, as measured

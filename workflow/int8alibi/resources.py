@@ -5,7 +5,8 @@ node on a small model or kills a 14B job. The request here follows what each sta
 multiples of the bf16 parent P and of one W8A8 checkpoint Q (``model.size.ModelSize``), plus a fixed
 process overhead, with headroom:
 
-* model: 3 P (built or loaded, saved, reloaded and compared; 2.7 P was measured at 1.7B);
+* model: 6 P (the parent and its reloaded copy each run one CPU forward, and the portable linear
+  keeps a float32 copy of every weight it multiplied: 5.5 P was measured at 1.7B's width);
 * reference (llm-compressor): 2 P + Q; requant: P + 2 Q (the parent, the reference, writers' shards);
 * generate, prefill_decode: P + Q (a fresh parent, then its linears swapped for the checkpoint's);
 * perplexity, tokens: P + Q + float32 logits and log-probabilities of one window per arm;
@@ -22,8 +23,9 @@ Which jobs share the device changes no byte: each is its own process computing t
 
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
-steps at 1.7B on an H200; 9-90x on a 2-core CPU), so the multiple (1000) leaves a factor of two. The SLURM executor plugin takes no device-memory request
-(GPUs are requested by count and model only), so none is computed.
+steps at 1.7B on an H200; 9-90x on a 2-core CPU), so the multiple (1000) leaves a factor of two.
+The SLURM executor plugin takes no device-memory request (GPUs are requested by count and model
+only): ``gpu_mem_mb`` constrains Snakemake's own scheduler, SLURM never sees it.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
     window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
     layer_operands = size.max_linear_params + load.prefill_tokens * max(size.hidden, size.intermediate)
     held = {
-        "model": 3 * p,
+        "model": 6 * p,
         "reference_checkpoint": 2 * p + q,
         "requant": p + 2 * q,
         "capture": p + q + operand_bytes(size, load.prefill_tokens),
