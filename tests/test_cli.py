@@ -88,3 +88,35 @@ def test_console_script_verify_help() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: int8alibi verify")
     assert "--json" in done.stdout
+
+
+def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    from int8alibi import bench
+
+    for flag in ("--help", "-h"):
+        assert cli.main(["bench", flag]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: int8alibi bench") and all(f"  {name} " in out for name in bench.BENCHMARKS)
+    assert set(bench.ABOUT) == set(bench.BENCHMARKS)
+    assert cli.main(["bench", "nope"]) == 2  # an unknown benchmark is still a usage error
+    assert "expected one of kernels, faults, dag, plan, got 'nope'" in capsys.readouterr().err
+
+
+def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"int8alibi {metadata.version('int8alibi')}\n"
+
+
+def test_a_stage_help_names_its_command_and_describes_every_option() -> None:
+    done = subprocess.run([sys.executable, "-m", "int8alibi.stages.requant", "--help"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert out.startswith("usage: python -m int8alibi.stages.requant")
+    assert "Stage `requant`" in out or "requant" in out.split("options:")[0]
+    for flag, words in [("--config", "the run config"), ("--out", "the stage's folder"),
+                        ("--input", "upstream"), ("--param", "named parameter"), ("--set", "override")]:
+        assert f"{flag} " in out and words in out, (flag, out)
+    assert "names this stage reads: parent (optional), checkpoint (optional), reference (optional)" in out

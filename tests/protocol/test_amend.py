@@ -129,7 +129,11 @@ def test_data_pin_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str]
         f"{name}=results/prediction/predictions-rerun.parquet",
     ]
     assert main(argv) == 0
-    assert "wrote" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrote" in out
+    # the next step: what to run, and that the record is to be committed
+    assert "next: `snakemake -n` lists the stages that rerun (those reading a changed file, among: compare)" in out
+    assert "git add amendments/ preregistration/ && git commit" in out
     assert pinned_data_digest(repo, name) == _sha(artifact)
     assert verify_data_pin(repo, name, artifact) == _sha(artifact)
     # The pins already in force carry over unchanged next to the new one.

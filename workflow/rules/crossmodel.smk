@@ -6,7 +6,7 @@
 
 rule crossmodel:
     input:
-        reports=[f"{run}/report/manifest.json" for run in config.get("crossmodel", [])],
+        reports=crossmodel_reports,
         protocol=protocol_files("crossmodel"),
     output:
         table=update(f"{RESULTS}/crossmodel/models.parquet"),

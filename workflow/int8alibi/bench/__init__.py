@@ -1,4 +1,4 @@
-"""``int8alibi bench kernels|faults|dag``: dispatch to the benchmark named by the first argument.
+"""``int8alibi bench kernels|faults|dag|plan``: dispatch to the benchmark named by the first argument.
 
 Each benchmark module is imported only when asked for, so one benchmark's dependencies never
 burden another.
@@ -9,12 +9,24 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = {"kernels": "int8alibi.bench.kernels", "faults": "int8alibi.bench.faults", "dag": "int8alibi.bench.dag"}
+BENCHMARKS = {"kernels": "int8alibi.bench.kernels", "faults": "int8alibi.bench.faults", "dag": "int8alibi.bench.dag",
+              "plan": "int8alibi.bench.plan"}
+# one line each for `int8alibi bench --help`
+ABOUT = {
+    "kernels": "each arm's speed against a plain baseline of the same shape (its bits checked first)",
+    "faults": "the fault campaign on a model's shapes, against the floor of its exact accumulators",
+    "dag": "RESULTS: per stage of a finished run, seconds and peak memory against its floor",
+    "plan": "a dry run with nothing to do, against a one-rule Snakefile in the same environment",
+}
+USAGE = "usage: int8alibi bench {kernels,faults,dag,plan} [options]   (int8alibi bench <name> --help for one's options)"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``int8alibi bench <name> [args...]``; unknown or missing names print the choices and return 2."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        print(USAGE + "\n\nbenchmarks:\n" + "\n".join(f"  {name:<8} {text}" for name, text in ABOUT.items()))
+        return 0
     if not args or args[0] not in BENCHMARKS:
         given = repr(args[0]) if args else "nothing"
         print(f"int8alibi bench: expected one of {', '.join(BENCHMARKS)}, got {given}", file=sys.stderr)

@@ -25,7 +25,6 @@ from .chain import amendment_name, read_amendments, verify_chain
 from .gate import gate
 from .history import check_dates, check_history
 from .load import load
-from ..provenance.chain import verify_input
 from ..provenance.environment import made_in
 from .pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
 from .schema import parse_yaml, validate
@@ -60,6 +59,8 @@ def _resolve(root: Path, name: str, path: str | Path) -> Path:
     manifest lists and still vouches for (a results folder under ``results_root``); else refused."""
     given = Path(path) if Path(path).is_absolute() else root / path
     target = given.resolve()
+    from ..provenance.chain import verify_input  # reads manifests (pyarrow): not imported when a run is planned
+
     if not target.is_relative_to(root.resolve()) and not verify_input(target):
         raise ProtocolError(f"--pin {name}={path}: {target} lies outside the project {root.resolve()} and no stage "
                             "manifest lists it; only the project's own artifacts are pinned")
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(f"int8alibi amend: {exc}"), file=sys.stderr)
         return 1
     print(f"wrote {path}")
+    print(f"next: `snakemake -n` lists the stages that rerun (those reading a changed file, among: "
+          f"{', '.join(s for s in STAGE_FILES if s in stages)}) and `snakemake --cores N` reruns them; commit the "
+          f"amendment with the files it pins (git add {AMENDMENTS_DIR}/ {PROTOCOL_DIR}/ && git commit), after which "
+          "the history check holds it as append-only")
     return 0
 
 

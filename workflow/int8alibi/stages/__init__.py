@@ -113,12 +113,23 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if main_spec is not None and main_spec.name == module:  # this process was started as the stage
         portable.ensure_process(module, sys.argv[1:])
-    parser = argparse.ArgumentParser(prog=run.__module__)
-    parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    doc = (sys.modules[run.__module__].__doc__ or "").strip()
+    names = [f"{n}{'' if p.default is p.empty else ' (optional)'}"
+             for n, p in list(inspect.signature(run).parameters.items())[2:] if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                           p.KEYWORD_ONLY)]
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0] if doc else None,
+                                     epilog=f"--input/--param names this stage reads: {', '.join(names) or 'none'}. "
+                                            "Snakemake runs it with the arguments its rule prints (snakemake -n -p).")
+    parser.add_argument("--config", required=True, type=Path,
+                        help="the run config (<results>/.run/<digest>/config.yaml, written when Snakemake plans a run)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (YAML value; repeatable)")
+    parser.add_argument("--out", required=True, type=Path, help="the stage's folder (<results>/<stage>)")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH",
+                        help="an upstream table or folder the stage reads, checked against its stage's manifest "
+                             "(repeatable)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a named parameter of the stage (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
