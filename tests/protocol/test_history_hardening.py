@@ -131,3 +131,14 @@ def test_amend_root_that_is_not_a_folder_is_one_named_line(tmp_path: Path, capsy
     assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"int8alibi amend: --root {root}: not a folder (the project checkout holding amendments/)"]
+
+
+def test_a_shallow_clone_does_not_name_its_oldest_commit_as_the_lock(repo: Path, tmp_path: Path) -> None:
+    amend(repo, "Clarify", "Nothing changes but the record.", ["report"], "post-data")
+    newest = commit_all(repo, "an amendment after the lock")
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
+    history = gate(shallow).history
+    assert history.status == "partial" and history.lock_commit is None
+    assert f"oldest commit {newest[:12]} already holds amendments/LOCK" in history.detail
+    assert "cannot be told here" in history.detail

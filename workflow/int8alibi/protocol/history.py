@@ -166,12 +166,26 @@ def check_history(project_root: Path) -> History:
         f"amendments/ append-only since lock commit {lock[:12]} ({commits} later commits touch it, additions only)"
     )
     if _git_ok(root, "rev-parse", "--is-shallow-repository").strip() == "true":
+        if lock in _shallow_boundary(root):  # every file looks added there: the real lock may be older
+            return History(
+                "partial",
+                f"history check partial: shallow clone whose oldest commit {lock[:12]} already holds {LOCK_FILE}; "
+                f"which commit added it (the lock commit) cannot be told here; {checked.replace('lock commit', 'commit')}",
+                None,
+            )
         return History(
             "partial",
             f"history check partial: shallow clone, commits before the clone's depth are not available; {checked}",
             lock,
         )
     return History("verified", checked, lock)
+
+
+def _shallow_boundary(root: Path) -> set[str]:
+    """The commits a shallow clone stops at (their parents are not in it)."""
+    shallow = Path(_git_ok(root, "rev-parse", "--git-path", "shallow").strip())
+    path = shallow if shallow.is_absolute() else root / shallow
+    return set(path.read_text().split()) if path.is_file() else set()
 
 
 # A date is written in some time zone; none is more than 14 hours ahead of UTC.
