@@ -149,6 +149,18 @@ def test_an_alias_bomb_in_the_config_or_an_untracked_amendment_is_a_named_error(
         amendment.unlink()
 
 
+def test_a_config_name_with_a_newline_and_escape_codes_prints_as_one_escaped_line(hostile: Path) -> None:
+    name = "bad\nint8alibi: all verified\x1b[32m.yaml"
+    (hostile / "config" / name).write_text(TINY_CONFIG + "extra: &a 1\n")
+    try:
+        done = smk(hostile, "-n", "--cores", "1", "--configfile", f"config/{name}", timeout=120)
+    finally:
+        (hostile / "config" / name).unlink()
+    line = refused(done, "anchor &a refused")
+    assert "bad\\x0aint8alibi: all verified\\x1b[32m.yaml" in line
+    assert "int8alibi: all verified" not in (done.stdout + done.stderr).replace(line, "")
+
+
 def test_readme_boolean_spelling_is_accepted_and_a_dry_run_writes_no_run_config(hostile: Path) -> None:
     for value in ("true", "false", "True"):
         done = smk(hostile, "-n", "--cores", "1", "--configfile", "config/test.yaml", "--config",

@@ -47,7 +47,9 @@ parse_cache.enable(Path(".snakemake", "int8alibi", "parse-cache.pickle"))
 
 
 def _stop(exc):
-    sys.stderr.write(f"int8alibi: {exc}\n")
+    from int8alibi.printable import printable  # a name holding a newline or escape codes prints as one line
+
+    sys.stderr.write(printable(f"int8alibi: {exc}") + "\n")
     raise SystemExit(1)
 
 
