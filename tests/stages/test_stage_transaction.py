@@ -193,3 +193,43 @@ def test_each_stage_that_clears_its_folder_keeps_it_when_given_a_bad_input(pipe,
         assert f"int8alibi: stage {stage} failed: " in err, (stage, err)
         assert tree(out) == before, stage
         assert not [p for p in results.iterdir() if p.name.endswith(".previous")], stage
+
+
+STAGES = ["protocol", "model", "reference", "requant", "capture", "prediction", "compare", "faults", "generate",
+          "determinism", "perplexity", "prefill_decode", "tokens", "ksweep", "report", "crossmodel"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_given_a_bad_input_leaves_its_folder_as_it_was(stage, pipe, tmp_path, monkeypatch, capsys):
+    """Each real stage, its folder holding an earlier run's files, run with every input it takes
+    pointing at a file that is not what it expects, a size profile that does not exist and a project
+    root without a protocol (model: a parent that is not a model): it fails with one named line and
+    the folder is byte for byte what it was."""
+    import inspect
+
+    config, _ = pipe
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "results" / stage
+    before = previous(out)
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not a table")
+    run = _stage(stage)
+    taken = list(inspect.signature(run).parameters.items())[2:]
+    nowhere = tmp_path / "not-a-project"
+    nowhere.mkdir()
+    (nowhere / "config.json").write_text("{")
+    given = ["--set", "model.source=hf", "--set", f"model.parent={nowhere}"] if stage == "model" else []
+    for name, p in taken:
+        if name == "project_root":
+            given += ["--param", f"project_root={nowhere}"]
+            continue
+        if name == "protocol":
+            continue
+        if p.default is p.empty or p.annotation in ("Path", "Path | None"):
+            flag = "--input" if "Path" in str(p.annotation) else "--param"
+            given += [flag, f"{name}={junk if flag == '--input' else 'junk'}"]
+    code = stage_main(run, ["--config", str(config), "--out", str(out), "--set", "size_profile=no-such-profile",
+                            *given])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and err[0].startswith(f"int8alibi: stage {stage} failed: "), err
+    assert tree(out) == before
