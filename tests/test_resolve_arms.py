@@ -16,6 +16,9 @@ from int8alibi.errors import InputError
 from int8alibi.kernels import registry
 
 PROJECT = Path(__file__).resolve().parents[1]
+# Registered arm names (so the plan's name check passes), built as stand-ins.
+STAND_INS = {"exact-cutlass-order": "alpha-arm", "exact-triton-order": "beta-arm"}
+PAIR = list(STAND_INS)
 
 
 class StandIn:
@@ -34,15 +37,14 @@ class StandIn:
 @pytest.fixture
 def arms(monkeypatch: pytest.MonkeyPatch) -> dict[str, StandIn]:
     table = {"alpha-arm": StandIn("alpha-arm", True, False), "beta-arm": StandIn("beta-arm", True, True)}
-    monkeypatch.setattr(registry, "get", lambda name, device=None: table[name])
-    monkeypatch.setattr(registry, "check_names", lambda names: None)
+    monkeypatch.setattr(registry, "get", lambda name, device=None, **options: table[STAND_INS[name]])
     monkeypatch.setattr(resolve, "host", lambda: "node-3")
     return table
 
 
 def _config(tmp: Path, planned: bool) -> object:
     data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    data.update(device="cpu", arms=["alpha-arm", "beta-arm"], results=str(tmp / "results"))
+    data.update(device="cpu", arms=PAIR, results=str(tmp / "results"))
     if not planned:
         path = tmp / "plain.yaml"
         path.write_text(yaml.safe_dump(data))
@@ -61,21 +63,21 @@ def test_an_arm_unavailable_at_job_time_stops_the_stage_naming_it_and_both_hosts
     with pytest.raises(InputError) as err:
         resolve.stage_arms(cfg)
     message = str(err.value)
-    assert message.startswith("arm beta-arm on cpu (resolved on host planner-1: explicit: the config names")
+    assert message.startswith("arm exact-triton-order on cpu (resolved on host planner-1: explicit: the config names")
     assert "cannot run on host node-3: beta-arm reports no kernel on this host; nothing is substituted" in message
-    with pytest.raises(InputError, match=r"arm beta-arm on cpu \(resolved on host planner-1: explicit: the config "
+    with pytest.raises(InputError, match=r"arm exact-triton-order on cpu \(resolved on host planner-1: explicit: the config "
                                          r"says device: cpu\) cannot run on host node-3"):
-        resolve.require_arm(cfg, "beta-arm", torch.device("cpu"))
-    assert resolve.require_arm(cfg, "alpha-arm", torch.device("cpu")) is arms["alpha-arm"]
+        resolve.require_arm(cfg, PAIR[1], torch.device("cpu"))
+    assert resolve.require_arm(cfg, PAIR[0], torch.device("cpu")) is arms["alpha-arm"]
 
 
 def test_without_a_run_config_the_origin_is_the_config(tmp_path: Path, arms: dict[str, StandIn]) -> None:
     cfg = _config(tmp_path, planned=False)
     arms["alpha-arm"].ok = False
-    with pytest.raises(InputError, match=r"arm alpha-arm on cpu \(named by the config\) cannot run on host node-3"):
+    with pytest.raises(InputError, match=r"arm exact-cutlass-order on cpu \(named by the config\) cannot run on host node-3"):
         resolve.stage_arms(cfg)
     with pytest.raises(InputError, match=r"\(named by the config\) cannot run on host node-3"):
-        resolve.require_arm(cfg, "alpha-arm", torch.device("cpu"))
+        resolve.require_arm(cfg, PAIR[0], torch.device("cpu"))
 
 
 @pytest.mark.parametrize(("emulations", "expected"), [((False, True), True), ((True, False), True),
@@ -87,35 +89,35 @@ def test_the_evidence_calls_the_pair_an_emulation_when_either_arm_is(tmp_path: P
     device, arm_a, arm_b, evidence = resolve.stage_arms(_config(tmp_path, planned=True))
     assert (device.type, arm_a.name, arm_b.name) == ("cpu", "alpha-arm", "beta-arm")
     assert evidence["emulation"] is expected
-    assert evidence["chosen"] == ["alpha-arm", "beta-arm"] and evidence["host"] == "node-3"
-    assert evidence["resolved"]["host"] == "planner-1" and evidence["spec"] == ["alpha-arm", "beta-arm"]
+    assert evidence["chosen"] == PAIR and evidence["host"] == "node-3"
+    assert evidence["resolved"]["host"] == "planner-1" and evidence["spec"] == PAIR
     assert evidence["arms"] == [arm_a.evidence(), arm_b.evidence()]
 
 
 def test_a_cuda_run_on_a_host_without_one_names_the_arms(tmp_path: Path, arms: dict[str, StandIn],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    data.update(device="cuda", arms=["alpha-arm", "beta-arm"], results=str(tmp_path / "results"))
+    data.update(device="cuda", arms=PAIR, results=str(tmp_path / "results"))
     path = tmp_path / "cuda.yaml"
     path.write_text(yaml.safe_dump(data))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = load_config(path)
-    with pytest.raises(InputError, match=r"^arms alpha-arm, beta-arm on device cuda \(named by the config\) "
+    with pytest.raises(InputError, match=r"^arms exact-cutlass-order, exact-triton-order on device cuda \(named by the config\) "
                                          r"cannot run on host node-3: no CUDA device"):
         resolve.stage_arms(cfg)
-    with pytest.raises(InputError, match=r"^arm alpha-arm on device cuda "):
-        resolve.stage_device(cfg, ["alpha-arm"])
+    with pytest.raises(InputError, match=r"^arm exact-cutlass-order on device cuda "):
+        resolve.stage_device(cfg, PAIR[:1])
     with pytest.raises(InputError, match=r"^device cuda \(named by the config\)"):
         resolve.stage_device(cfg)
 
 
 def test_a_plan_is_reused_only_for_the_same_device_and_arms(tmp_path: Path, arms: dict[str, StandIn]) -> None:
     data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    data.update(device="cpu", arms=["alpha-arm", "beta-arm"])
+    data.update(device="cpu", arms=PAIR)
     earlier = resolve.plan(data)
     earlier["resolved"]["host"] = "planner-1"
     assert resolve.plan(data, earlier)["resolved"]["host"] == "planner-1"
-    other = dict(data, arms=["beta-arm", "alpha-arm"])
+    other = dict(data, arms=PAIR[::-1])
     assert resolve.plan(other, earlier)["resolved"]["host"] == "node-3"
     assert resolve.plan(dict(data, device="cuda"), earlier)["resolved"]["host"] == "node-3"
     assert resolve.plan(data, {"resolved": "not a block"})["resolved"]["host"] == "node-3"
