@@ -3,7 +3,7 @@
 Each config writes its own results folder (``results: results/<name>``); ``snakemake crossmodel
 --config 'crossmodel=[...]'`` sets them side by side. The report of one run is then opened in
 headless Chromium at 1280 px: the page must not scroll sideways, every figure must paint, and the
-first screen must hold the findings and the papers' values beside the run.
+first screen must hold the run's setup beside the papers' and the start of the findings.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: P
         assert figure["width"] > 100 and figure["height"] > 40 and figure["marks"] > 2, figure
         assert figure["right"] <= seen.client_width, figure
     tops = {h["text"]: h["top"] for h in seen.headings}
-    assert list(tops)[:2] == ["Findings", "The papers' values beside this run"]
-    claims = next(t for t in seen.tables if t["caption"].startswith("Claims:"))
-    assert claims["top"] < FIRST_SCREEN_PX, f"the papers' table starts below the first screen: {claims}"
+    assert list(tops)[:3] == ["Run setup", "Findings", "The papers' results beside this run"]
+    setup = next(t for t in seen.tables if t["caption"].startswith("This run"))
+    assert setup["top"] < tops["Findings"] < FIRST_SCREEN_PX, f"the findings start below the first screen: {tops}"
     assert seen.screenshot.stat().st_size > 10_000
