@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm import tqdm
 
 from .arith import exact_accumulator
 from .checks import OperandSet, Thresholds, evaluate_arms
@@ -29,6 +28,7 @@ from .faults.sources import LayerSelection, OperandSource
 from .kernels import registry
 from .kernels.base import Arm
 from .operands import QWEN3_SHAPES, Operands, synthetic_layers
+from .progress import Progress
 from .protocol import load
 from .provenance.manifest import write_manifest
 from .provenance.parquet import write_table
@@ -190,7 +190,7 @@ def _conform(args: argparse.Namespace) -> int:
     arm_a, arm_b = _arm(args.arm_a, device), _arm(args.arm_b, device)
     layers, inputs, source = _layers(args)
     rows: list[dict[str, Any]] = []
-    for op in tqdm(layers, desc="conform", unit="layer", total=args.layers):
+    for op in Progress(layers, desc="conform", unit="layer", total=args.layers):
         rows.extend(conform_layer(op, arm_a, arm_b, th, device))
     if not rows:
         raise InputError("conform: no layers to check")

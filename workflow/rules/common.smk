@@ -1,6 +1,7 @@
 # Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
 # (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
 # use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
+import os
 import re
 import shlex
 import sys
@@ -14,6 +15,9 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from int8alibi.portable import apply_to_environ
 
 apply_to_environ()
+# Third-party progress bars (tqdm: transformers, llm-compressor) are off in jobs: their carriage-return
+# redraws fill a log line by line; each stage's heartbeat (int8alibi.progress) says how far it is.
+os.environ["TQDM_DISABLE"] = "1"
 from int8alibi import parse_cache, strict_yaml
 from int8alibi.config import (
     check_bounded,

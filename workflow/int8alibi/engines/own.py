@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from .. import __version__
 from ..config import Config
 from ..errors import InputError
+from ..progress import Progress
 
 ENGINE = {"name": "int8alibi-own", "version": __version__, "decoding": "greedy argmax, batch of one, KV cache"}
 
@@ -45,7 +45,7 @@ class OwnEngine:
             raise InputError(f"{self.label}: new_tokens must be >= 1, got {new_tokens}")
         cache = cache_argument(self.model)
         out: list[list[int]] = []
-        bar = tqdm(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
+        bar = Progress(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
         for prompt in prompts:
             ids = torch.tensor([list(prompt)], dtype=torch.int64, device=self.device)
             step = self.model(input_ids=ids, use_cache=True)
@@ -70,7 +70,7 @@ class OwnEngine:
         if windows.dim() != 2 or windows.shape[1] < 2:
             raise InputError(f"{self.label}: windows must be [W, L >= 2] token ids, got {tuple(windows.shape)}")
         sums = torch.empty(windows.shape[0], dtype=torch.float64)
-        for w in tqdm(range(windows.shape[0]), desc=f"score {self.label}", unit="window", disable=not progress):
+        for w in Progress(range(windows.shape[0]), desc=f"score {self.label}", unit="window", disable=not progress):
             ids = windows[w:w + 1].to(self.device)
             logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
             logp = torch.log_softmax(logits, dim=-1)

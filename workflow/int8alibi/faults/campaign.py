@@ -30,7 +30,6 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from ..arith import exact_accumulator, wrap_int32
 from ..checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, OutputComparison, Thresholds,
@@ -38,6 +37,7 @@ from ..checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, Ou
                       ordered_positions)
 from ..errors import InputError, ProtocolError
 from ..operands import Operands
+from ..progress import Progress
 from . import catalogue as cat
 from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
 from .rows import CellColumns, check_layer, frame, strings
@@ -406,7 +406,7 @@ def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device:
     """
     device = torch.device(device)
     chosen = resolve_engine(engine, device)
-    items = tqdm(layers, total=total, desc="faults", unit="layer", disable=not progress)
+    items = Progress(layers, total=total, desc="faults", unit="layer", disable=not progress)
     if chosen == "batched":
         from .batched import run_layers
 

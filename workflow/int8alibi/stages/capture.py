@@ -19,7 +19,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm import tqdm
 
 from ..config import Config
 from ..corpus import load_corpus
@@ -30,6 +29,7 @@ from ..model.layers import quantized_linears
 from ..model.sources import load_parent
 from ..model.w8a8 import swap_linears
 from ..operands import Operands, load_operands, operand_digest, save_operands
+from ..progress import Progress
 from ..prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
 from ..protocol import load
 from ..provenance.atomic import temp_dir
@@ -186,7 +186,7 @@ def _cache_keyword(model: Any) -> str:
 
 def capture_checkpoint(model: Any, checkpoint: Any, arm: Arm, device: torch.device, prefill: TokenSelection,
                        prompt: TokenSelection, name: str, out_dir: Path,
-                       progress: tqdm) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                       progress: Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Swap ``model``'s projections for W8A8 ones on ``arm``, capture both phases and save them under
     ``out_dir``; return the index rows and the generated decode token's record."""
     model = swap_linears(model.to(device), checkpoint, arm)
@@ -223,7 +223,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = temp_dir(out_dir, "capture")
     try:
-        with tqdm(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
+        with Progress(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
             for i, name in enumerate(CHECKPOINTS):
                 if i:  # a fresh parent for every checkpoint: nothing carries over between them
                     model, _, _ = load_parent(cfg)

@@ -22,7 +22,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm import tqdm
 
 from ..arith import compare_bf16
 from ..config import Config
@@ -30,6 +29,7 @@ from ..device import resolve_device
 from ..errors import InputError, Int8AlibiError, ProtocolError
 from ..kernels import Arm, select
 from ..operands import ModelShapes, Operands, operand_digest, synthetic_layers
+from ..progress import Progress
 from ..protocol import pinned_data_digest
 from ..protocol.chain import read_amendments
 from ..provenance.environment import differences, made_in
@@ -317,7 +317,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
     rows: list[dict[str, Any]] = []
     for checkpoint, phase in sorted(set(zip(frame["checkpoint"], frame["phase"]))):
         total = int(((frame.checkpoint == checkpoint) & (frame.phase == phase)).sum())
-        for entry, op in tqdm(iter_index_operands(index, checkpoint, phase), total=total, unit="layer",
+        for entry, op in Progress(iter_index_operands(index, checkpoint, phase), total=total, unit="layer",
                               desc=f"compare {checkpoint}/{phase}"):
             rows.extend(layer_rows(op, entry.operand_digest, checkpoint, phase,
                                    predicted[(checkpoint, phase, op.layer)], arm_a, arm_b, device, exploratory,
@@ -372,7 +372,7 @@ def compare_synthetic(shapes: str | ModelShapes, m: int, arms: str | list[str], 
     rows: list[dict[str, Any]] = []
     for phase, rows_m, phase_seed in (("prefill", m, seed), ("decode", 1, seed + 1)):
         layers = synthetic_layers(shapes, m=rows_m, seed=phase_seed, blocks=blocks)
-        for op in tqdm(layers, desc=f"compare synthetic/{phase}", unit="layer"):
+        for op in Progress(layers, desc=f"compare synthetic/{phase}", unit="layer"):
             predicted = bool(predict_layer(op, POW2_SETTING["own"], torch_device)["predicted_bitwise_pow2"])
             rows.extend(layer_rows(op, operand_digest(op), SYNTHETIC, phase, predicted,
                                    arm_a, arm_b, torch_device, True, fraction))

@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm import tqdm
 
 from ..arith import (F32_EXACT_BOUND, INT32_PRODUCT_BOUND, exact_accumulator, int32_bound_holds, is_pow2,
                      snap_pow2)
 from ..config import Config
+from ..progress import Progress
 from ..resolve import stage_device
 from ..errors import InputError, ProtocolError
 from ..operands import Operands
@@ -154,7 +154,7 @@ def predict_index(index: Path, device: torch.device) -> pd.DataFrame:
     groups = frame[["checkpoint", "phase"]].drop_duplicates().itertuples(index=False)
     for checkpoint, phase in groups:
         layers = iter_index_operands(index, checkpoint, phase)
-        for entry, op in tqdm(layers, desc=f"predict {checkpoint}/{phase}", unit="layer",
+        for entry, op in Progress(layers, desc=f"predict {checkpoint}/{phase}", unit="layer",
                               total=int(((frame.checkpoint == checkpoint) & (frame.phase == phase)).sum())):
             row = predict_layer(op, POW2_SETTING[checkpoint], device)
             row.update(checkpoint=checkpoint, phase=phase, operand_digest=entry.operand_digest)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,15 @@ def hide_accelerators() -> None:
                          "on it, dividing in float32, not on the pinned CPU path")
 
 
+def log_tool_to_stderr() -> None:
+    """llm-compressor logs (loguru) to standard output, which Snakemake shows on the console; its lines
+    belong in the rule's log, which is this process's standard error."""
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
+
+
 def tool_device() -> str:
     """The device llm-compressor itself reports it computes on (its own choice, read back)."""
     from llmcompressor.utils.dev import get_main_device
@@ -123,6 +133,8 @@ def quantize(parent_dir: Path, out: Path) -> dict[str, str]:
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from transformers import AutoModelForCausalLM
+
+    log_tool_to_stderr()
 
     device = tool_device()
     if device != PINNED_COMPUTE["device"]:

@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm import tqdm
 
 from ..config import Config
 from ..corpus import encode, load_corpus, windows
@@ -30,6 +29,7 @@ from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import load_w8a8
 from ..errors import InputError, ProtocolError
 from ..faults.campaign import CampaignSettings
+from ..progress import Progress
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
@@ -433,7 +433,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
     injected = [c for r in regimes for c in cells(r)]
     outcomes: dict[tuple[str, str], Outcome] = {}
     cut: torch.Tensor | None = None
-    bar = tqdm(total=len(regimes) * size.windows, desc="tokens replay", unit="window")
+    bar = Progress(total=len(regimes) * size.windows, desc="tokens replay", unit="window")
     for regime, name in regimes.items():
         engine = load_w8a8(cfg, ckpts[regime], arm_a, device, label=f"{name} on {arm_a.name}/{arm_b.name}")
         if cut is None:
