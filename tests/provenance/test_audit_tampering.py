@@ -132,3 +132,13 @@ def test_a_missing_project_root_is_one_line(project: Path, tmp_path: Path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"int8alibi verify: --project-root {tmp_path / 'nowhere'}: not a folder (the project checkout "
                    "holding preregistration/)"]
+
+
+def test_a_file_name_with_undecodable_bytes_gives_valid_json(project: Path, capsys) -> None:
+    from int8alibi.provenance.audit import verify_main
+
+    stage = project / "results" / "alpha"
+    (stage / b"bad-\xff-byte".decode("utf-8", "surrogateescape")).write_text("planted\n")
+    assert verify_main([str(project / "results"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert any("bad-\\xff-byte: undeclared file" in f["reason"] for f in report["findings"]), report["findings"]

@@ -23,3 +23,12 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: object) -> str:
     """``str(text)`` with every control character, line separator and lone surrogate escaped."""
     return _UNSAFE.sub(_escape, str(text))
+
+
+_SURROGATE = re.compile(r"[\udc80-\udcff]")
+
+
+def json_text(text: str) -> str:
+    """JSON text with each undecodable byte of a file name (a lone surrogate, which cannot be written
+    as UTF-8) spelled ``\\xNN`` inside its string: the output stays valid JSON and UTF-8."""
+    return _SURROGATE.sub(lambda m: f"\\\\x{ord(m.group()) - 0xDC00:02x}", text)

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
-from ..printable import printable
+from ..printable import json_text, printable
 from .chain import check_record, missing_links, root_digest, upstream_links
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
 from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
@@ -355,7 +355,7 @@ def verify_main(argv: list[str] | None = None) -> int:
     if args.json:
         report = {"manifests": [m.as_posix() for m in manifests], "errors": errors, "root_digest": root,
                   "findings": [asdict(f) for f in findings]}
-        print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
+        print(json_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False)))
     else:
         for finding in findings:
             print(finding.text())
@@ -556,7 +556,7 @@ def diff_main(argv: list[str] | None = None) -> int:
     if args.json:
         report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(), "rehashed": rehash,
                   "differences": [asdict(d) for d in differences], "why": why}
-        print(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
+        print(json_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False)))
     else:
         stage = None
         for d in differences:
