@@ -121,3 +121,16 @@ def test_a_plan_is_reused_only_for_the_same_device_and_arms(tmp_path: Path, arms
     assert resolve.plan(other, earlier)["resolved"]["host"] == "node-3"
     assert resolve.plan(dict(data, device="cuda"), earlier)["resolved"]["host"] == "node-3"
     assert resolve.plan(data, {"resolved": "not a block"})["resolved"]["host"] == "node-3"
+
+
+def test_auto_arms_that_cannot_be_chosen_here_are_named_with_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nothing_available(spec, device):  # type: ignore[no-untyped-def]
+        raise InputError("no pair of arms is available on cuda")
+
+    monkeypatch.setattr(registry, "select", nothing_available)
+    monkeypatch.setattr(resolve, "host", lambda: "node-3")
+    data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    data.update(device="cuda", arms="auto")
+    with pytest.raises(InputError, match=r"^arms: auto cannot be resolved on host node-3 \(explicit: the config says "
+                                         r"device: cuda\): no pair of arms is available on cuda"):
+        resolve.plan(data)
