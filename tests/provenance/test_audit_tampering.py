@@ -142,3 +142,16 @@ def test_a_file_name_with_undecodable_bytes_gives_valid_json(project: Path, caps
     assert verify_main([str(project / "results"), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert any("bad-\\xff-byte: undeclared file" in f["reason"] for f in report["findings"]), report["findings"]
+
+
+def test_a_killed_runs_snapshot_is_reported_not_verified_as_a_stage(project: Path) -> None:
+    from int8alibi.provenance import transaction
+
+    beta = project / "results" / "beta"
+    snap = transaction.snapshot(beta, [])
+    (beta / "partial.txt").write_text("the killed run's partial output\n")
+    found = errors(project / "results")
+    assert any(snap.name in e and "set aside by a run of that stage that was killed" in e for e in found), found
+    assert not any(f"{snap.name}/manifest.json" in e for e in found), found
+    transaction.restore(beta, snap, [])
+    assert errors(project / "results") == []

@@ -25,6 +25,7 @@ from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
 from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
                        resolve_recorded)
 from .parquet import content_digest, read_arrow
+from .transaction import SUFFIX as SNAPSHOT_SUFFIX
 
 ERROR, NOTICE = "error", "notice"
 ABSENT = "(absent)"
@@ -67,10 +68,21 @@ def _show(value: Any) -> str:
 
 
 def find_manifests(path: Path) -> list[Path]:
-    """``path`` itself if it is a manifest, else every manifest.json below it, in path order."""
+    """``path`` itself if it is a manifest, else every manifest.json below it, in path order (not those
+    inside a killed run's snapshot of its previous outputs: ``leftover_snapshots`` reports those)."""
     if path.is_file():
         return [path]
-    return sorted(path.rglob(MANIFEST_NAME))
+    return sorted(m for m in path.rglob(MANIFEST_NAME)
+                  if not any(part.endswith(SNAPSHOT_SUFFIX) for part in m.relative_to(path).parts[:-1]))
+
+
+def leftover_snapshots(base: Path) -> list[Finding]:
+    """Snapshots of a stage folder's previous outputs that a killed run left (``provenance.transaction``)."""
+    if not base.is_dir():
+        return []
+    return [Finding(ERROR, snap.as_posix(), "results folder", "the previous outputs of a stage folder, set aside by a "
+                    "run of that stage that was killed; run the stage again (it puts them back first)")
+            for snap in sorted(base.rglob(f"*{SNAPSHOT_SUFFIX}")) if snap.is_dir() and not snap.is_symlink()]
 
 
 # ----------------------------------------------------------------------------- verify
@@ -301,7 +313,7 @@ def verify(results_dir: str | Path, project_root: str | Path | None = None) -> l
     if not base.exists():
         return [Finding(ERROR, str(base), "results", "does not exist")]
     manifests = find_manifests(base)
-    findings: list[Finding] = links_outside_stage_folders(base)
+    findings: list[Finding] = links_outside_stage_folders(base) + leftover_snapshots(base)
     if not manifests:
         return [*findings, Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
     states: dict[Path, _ProtocolState] = {}
