@@ -41,8 +41,8 @@ def test_a_14b_parent_gets_requests_that_hold_it():
     for rule in ("model", "reference_checkpoint", "requant", "capture", "generate", "prefill_decode",
                  "perplexity", "tokens"):
         assert plan[rule].mem_mb * 2**20 > size.parent_bytes + size.checkpoint_bytes, rule
-        assert rule == "model" or plan[rule].mem_mb < 128_000, rule  # a 128 GB node
-    assert plan["model"].mem_mb * 2**20 > 5.5 * size.parent_bytes  # as measured for the model stage
+        assert plan[rule].mem_mb < 128_000, rule  # a 128 GB node
+    assert plan["model"].mem_mb * 2**20 > 2.6 * size.parent_bytes  # as measured for the model stage
     small = {rule: resources.rule_resources(rule, _size("qwen3-1.7b"), work, "cuda") for rule in resources.RULE_STAGE}
     assert all(small[r].mem_mb <= plan[r].mem_mb and small[r].runtime <= plan[r].runtime for r in plan)
 

@@ -49,5 +49,5 @@ def test_slurm_dry_run_of_14b_requests_what_the_parent_needs(tmp_path: Path) -> 
     for rule in ("model", "reference_checkpoint", "requant", "capture", "generate", "prefill_decode",
                  "perplexity", "tokens"):
         assert parent_mib < mem[rule], (rule, mem.get(rule))
-        assert rule == "model" or mem[rule] < 128_000, (rule, mem[rule])  # fits a 128 GB node
-    assert mem["model"] > 5.5 * parent_mib  # the model stage's round trip, as measured
+        assert mem[rule] < 128_000, (rule, mem[rule])  # fits a 128 GB node
+    assert mem["model"] > 2.6 * parent_mib  # the model stage's round trip, as measured

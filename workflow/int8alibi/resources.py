@@ -5,8 +5,9 @@ node on a small model or kills a 14B job. The request here follows what each sta
 multiples of the bf16 parent P and of one W8A8 checkpoint Q (``model.size.ModelSize``), plus a fixed
 process overhead, with headroom:
 
-* model: 6 P (the parent and its reloaded copy each run one CPU forward, and the portable linear
-  keeps a float32 copy of every weight it multiplied: 5.5 P was measured at 1.7B's width);
+* model: 3 P (the parent and its reloaded copy each run one CPU forward, converting one weight at a
+  time to float32: 2.6 P above the process was measured at 1.7B's width with 4 blocks, where the
+  head's float32 copy weighs most);
 * reference (llm-compressor): 2 P + Q; requant: P + 2 Q (the parent, the reference, writers' shards);
 * generate, prefill_decode: P + Q (a fresh parent, then its linears swapped for the checkpoint's);
 * perplexity, tokens: P + Q + float32 logits and log-probabilities of one window per arm;
@@ -71,7 +72,7 @@ def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
     window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
     layer_operands = size.max_linear_params + load.prefill_tokens * max(size.hidden, size.intermediate)
     held = {
-        "model": 6 * p,
+        "model": 3 * p,
         "reference_checkpoint": 2 * p + q,
         "requant": p + 2 * q,
         "capture": p + q + operand_bytes(size, load.prefill_tokens),

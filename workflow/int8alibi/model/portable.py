@@ -22,13 +22,20 @@ ATTENTION = "eager"
 
 
 class PortableLinear(nn.Linear):
-    """``nn.Linear`` whose CPU bf16 forward is a float32 GEMM rounded once to bf16 (same parameters)."""
+    """``nn.Linear`` whose CPU bf16 forward is a float32 GEMM rounded once to bf16 (same parameters).
+
+    The float32 copy of the weight is kept between calls (decoding calls a layer once per token)
+    unless ``keep_float32`` is False: a model run once, as the model stage's round-trip check runs
+    two of them, would otherwise hold twice its own bytes in copies (``keep_float32_copies``)."""
+
+    keep_float32 = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.bfloat16 or self.weight.dtype != torch.bfloat16:
             return super().forward(x)
         bias = None if self.bias is None else self.bias.float()
-        return F.linear(x.float().contiguous(), self._weight32(), bias).to(torch.bfloat16)
+        weight = self._weight32() if self.keep_float32 else self.weight.detach().float()
+        return F.linear(x.float().contiguous(), weight, bias).to(torch.bfloat16)
 
     def _weight32(self) -> torch.Tensor:
         """The float32 copy of the weight (exact), made once and remade when the weight is replaced or
@@ -38,6 +45,17 @@ class PortableLinear(nn.Linear):
             self._w32 = self.weight.detach().float().contiguous()
             self._w32_key = key
         return self._w32
+
+
+def keep_float32_copies(model: Any, keep: bool) -> None:
+    """Whether ``model``'s portable linears keep their float32 weight copies; dropping them frees
+    the copies already made. The products are the same either way (the copy is exact)."""
+    for module in model.modules():
+        if isinstance(module, PortableLinear):
+            module.keep_float32 = keep
+            if not keep:
+                module.__dict__.pop("_w32", None)
+                module.__dict__.pop("_w32_key", None)
 
 
 def make_portable(model: Any) -> Any:

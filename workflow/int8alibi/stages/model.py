@@ -24,6 +24,7 @@ from ..provenance.parquet import write_table
 from ..model.sources import (DEFAULT_GGUF_PACKAGE, PARENT_DIR, PARENT_KEY, PARENT_SCHEMA, PARENT_TABLE, ParentInfo,
                              gguf_package_file, load_hf_dir, load_source, parent_record, tensors_digest,
                              tokenizer_digest)
+from ..model.portable import keep_float32_copies
 from . import stage_main
 
 log = logging.getLogger("int8alibi.model")
@@ -40,6 +41,8 @@ def _save_verified(model: object, tokenizer: object, info: ParentInfo, target: P
         if tensors_digest(reloaded) != info.sha256:
             raise InputError(f"{tmp}: the saved parent's tensors differ from the loaded ones (save/reload round trip)")
         ids = torch.arange(1, ROUND_TRIP_TOKENS + 1)[None, :] % reloaded.config.vocab_size
+        for each in (model, reloaded):  # two models run once: no float32 weight copies (2x their bytes) kept
+            keep_float32_copies(each, False)
         with torch.no_grad():
             same = torch.equal(model(input_ids=ids, use_cache=False).logits,
                                reloaded(input_ids=ids, use_cache=False).logits)
