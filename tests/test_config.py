@@ -179,3 +179,23 @@ def test_an_edited_run_config_is_refused_by_name(checkout: Path) -> None:
     (path.parent.parent / "current").write_text("../../etc/passwd\n")
     with pytest.raises(InputError, match=r"current: expected '<digest>/config.yaml'"):
         current_run_config("results")
+
+
+def test_an_empty_a_fifo_or_a_non_utf8_config_is_one_named_error(tmp_path) -> None:
+    import os
+
+    import pytest as _pytest
+
+    from int8alibi.config import load_config
+    from int8alibi.errors import InputError
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("model: café\n".encode("latin-1"))
+    for path, words in ((empty, "empty"), (fifo, "not a regular file (a FIFO"), (latin, "not UTF-8 text")):
+        with _pytest.raises(InputError) as caught:
+            load_config(path)
+        assert str(caught.value).startswith(f"{path}: ") and words in str(caught.value)
