@@ -8,6 +8,11 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+# `snakemake --report report.zip` (after a run): the project's report, its figures and main tables,
+# each with the caption in workflow/report/.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/protocol.smk"
 include: "workflow/rules/model.smk"
@@ -23,6 +28,7 @@ include: "workflow/rules/perplexity.smk"
 include: "workflow/rules/tokens.smk"
 include: "workflow/rules/ksweep.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/report_figures.smk"
 include: "workflow/rules/crossmodel.smk"
 
 
@@ -33,6 +39,7 @@ localrules:
     protocol,
     determinism,
     report,
+    report_figures,
     crossmodel,
 
 

@@ -10,10 +10,11 @@ nothing here enters an output (timings are never hashed).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -73,6 +74,12 @@ class Progress:
 
     def line(self) -> str:
         return f"{self.desc}: {self._count()}" + (f", {self.note}" if self.note else "")
+
+
+def quiet_bars(environ: MutableMapping[str, str] | None = None) -> None:
+    """Switch tqdm's bars off (``TQDM_DISABLE``) for the processes started from here: the libraries the
+    stages call (transformers, llm-compressor) draw them with carriage returns, which fill a log."""
+    (os.environ if environ is None else environ)["TQDM_DISABLE"] = "1"
 
 
 def status() -> str:

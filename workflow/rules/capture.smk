@@ -3,11 +3,12 @@ checkpoint capture:
         gate=rules.requant.output.gate,
         requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("capture"),
-    # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
-    # directory outputs (Snakemake would add a timestamp file to them).
+    # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
+    # --delete-all-output (deleted_with in common.smk says why).
     output:
         index=update(f"{RESULTS}/capture/index.parquet"),
         manifest=update(f"{RESULTS}/capture/manifest.json"),
+        **deleted_with(operands=f"{RESULTS}/capture/operands"),
     params:
         **stage_params("capture", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:

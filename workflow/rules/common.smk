@@ -1,6 +1,7 @@
 # Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
 # (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
 # use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
+import glob
 import os
 import re
 import shlex
@@ -15,9 +16,10 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from int8alibi.portable import apply_to_environ
 
 apply_to_environ()
-# Third-party progress bars (tqdm: transformers, llm-compressor) are off in jobs: their carriage-return
-# redraws fill a log line by line; each stage's heartbeat (int8alibi.progress) says how far it is.
-os.environ["TQDM_DISABLE"] = "1"
+# Third-party progress bars are off in jobs (int8alibi.progress.quiet_bars); the stages' heartbeat says how far they are.
+from int8alibi.progress import quiet_bars
+
+quiet_bars()
 from int8alibi import parse_cache, strict_yaml
 from int8alibi.config import (
     check_bounded,
@@ -191,7 +193,28 @@ REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
 
 
 def final_targets():
-    return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html"]
+    return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html", rules.report_figures.output.figures]
+
+
+# Folders of tensors beside a stage's tables (the saved parent, captured operands, checkpoints) and
+# the report's figures are listed and hashed by the stage's manifest, not declared as outputs:
+# Snakemake puts a timestamp file into a directory output after its job, a file no manifest lists,
+# which `int8alibi verify` refuses. `snakemake --delete-all-output` is to remove them as well, so for
+# that invocation alone (Snakemake runs no job then) they are declared, by `**deleted_with(...)` in
+# the rule's output.
+DELETING = "--delete-all-output" in sys.argv
+
+
+def deleted_with(**paths):
+    """`{name: path}` as outputs when Snakemake deletes all output (a folder as `directory()`; a path
+    may be a glob, each match declared), else nothing."""
+    if not DELETING:
+        return {}
+    out = {}
+    for name, pattern in paths.items():
+        for i, path in enumerate(sorted(glob.glob(pattern))):
+            out[f"{name}_{i}"] = directory(path) if os.path.isdir(path) else path
+    return out
 
 
 def software_env(gpu_capable=False):

@@ -7,7 +7,7 @@ rule compare:
         protocol=protocol_files("compare"),
     output:
         layers=update(f"{RESULTS}/compare/layers.parquet"),
-        summary=update(f"{RESULTS}/compare/summary.parquet"),
+        summary=report(update(f"{RESULTS}/compare/summary.parquet"), caption="../report/compare_summary.rst", category="Tables"),
         manifest=update(f"{RESULTS}/compare/manifest.json"),
     params:
         **stage_params("compare", ["arms", "device", "exploratory"]),

@@ -50,7 +50,7 @@ rule determinism:
     output:
         generations=update(f"{RESULTS}/determinism/generations.parquet"),
         agreement=update(f"{RESULTS}/determinism/agreement.parquet"),
-        summary=update(f"{RESULTS}/determinism/summary.parquet"),
+        summary=report(update(f"{RESULTS}/determinism/summary.parquet"), caption="../report/determinism_summary.rst", category="Tables"),
         manifest=update(f"{RESULTS}/determinism/manifest.json"),
     params:
         **stage_params("determinism", ["arms", "exploratory"]),

@@ -7,8 +7,8 @@ if int(config.get("faults_shards", 1)) <= 1:
             protocol=protocol_files("faults"),
         output:
             cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=update(f"{RESULTS}/faults/scorecard.parquet"),
-            detection=update(f"{RESULTS}/faults/detection.parquet"),
+            scorecard=report(update(f"{RESULTS}/faults/scorecard.parquet"), caption="../report/faults_scorecard.rst", category="Tables"),
+            detection=report(update(f"{RESULTS}/faults/detection.parquet"), caption="../report/faults_detection.rst", category="Tables"),
             ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
             flips=update(f"{RESULTS}/faults/flips.parquet"),
             totals=update(f"{RESULTS}/faults/totals.parquet"),
@@ -74,8 +74,8 @@ else:
             shards=faults_shard_manifests,
         output:
             cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=update(f"{RESULTS}/faults/scorecard.parquet"),
-            detection=update(f"{RESULTS}/faults/detection.parquet"),
+            scorecard=report(update(f"{RESULTS}/faults/scorecard.parquet"), caption="../report/faults_scorecard.rst", category="Tables"),
+            detection=report(update(f"{RESULTS}/faults/detection.parquet"), caption="../report/faults_detection.rst", category="Tables"),
             ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
             flips=update(f"{RESULTS}/faults/flips.parquet"),
             totals=update(f"{RESULTS}/faults/totals.parquet"),

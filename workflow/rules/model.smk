@@ -1,11 +1,12 @@
 rule model:
-    # The saved bf16 parent lives in results/model/parent/; it is not declared as a directory
-    # output (Snakemake would add a timestamp file to it): parent.parquet lists and hashes every
-    # file in it, and readers refuse a folder that differs. The source files are a content digest
+    # The saved bf16 parent lives in results/model/parent/, declared only for --delete-all-output
+    # (deleted_with in common.smk says why): parent.parquet lists and hashes every file in it, and
+    # readers refuse a folder that differs. The source files are a content digest
     # param, not inputs: their timestamps change when a venv is rebuilt or a checkout copied.
     output:
         info=update(f"{RESULTS}/model/parent.parquet"),
         manifest=update(f"{RESULTS}/model/manifest.json"),
+        **deleted_with(parent=f"{RESULTS}/model/parent"),
     params:
         # the source files by name, size and content (the GGUF in its package, or every file of the
         # Hugging Face directory): changing one reruns model and everything after it

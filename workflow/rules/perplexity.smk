@@ -7,7 +7,7 @@ rule perplexity:
         protocol=protocol_files("perplexity"),
     output:
         windows=update(f"{RESULTS}/perplexity/windows.parquet"),
-        summary=update(f"{RESULTS}/perplexity/summary.parquet"),
+        summary=report(update(f"{RESULTS}/perplexity/summary.parquet"), caption="../report/perplexity_summary.rst", category="Tables"),
         manifest=update(f"{RESULTS}/perplexity/manifest.json"),
     params:
         **stage_params("perplexity", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),

@@ -5,7 +5,7 @@ from int8alibi.workflow_support import llmcompressor_python, lock_param
 # when the config names no committed checkpoint (model.checkpoint), which is the reference otherwise.
 # The job runs in llm-compressor's environment, not Snakemake's: its virtualenv (./bootstrap), or
 # under --sdm conda envs/llmcompressor.yaml. The checkpoint folder beside the manifest is listed and
-# hashed by the manifest, not declared as a directory output.
+# hashed by the manifest, declared only for --delete-all-output (deleted_with in common.smk).
 rule reference_checkpoint:
     input:
         parent=rules.model.output.info,
@@ -15,6 +15,7 @@ rule reference_checkpoint:
         model_manifest=rules.model.output.manifest,
     output:
         manifest=update(f"{RESULTS}/reference/manifest.json"),
+        **deleted_with(checkpoint=f"{RESULTS}/reference/checkpoint"),
     params:
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
         **stage_params("reference", ["model"], environment=lock_param()),

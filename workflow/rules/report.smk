@@ -4,10 +4,11 @@ rule report:
         protocol=protocol_files("report"),
     output:
         md=update(f"{RESULTS}/report/report.md"),
-        html=update(f"{RESULTS}/report/report.html"),
+        html=report(update(f"{RESULTS}/report/report.html"), caption="../report/report.rst", category="Report"),
         appendix_md=update(f"{RESULTS}/report/appendix.md"),
         appendix_html=update(f"{RESULTS}/report/appendix.html"),
         manifest=update(f"{RESULTS}/report/manifest.json"),
+        **deleted_with(figure=f"{RESULTS}/report/*.svg"),
     params:
         **stage_params("report", ["model", "size_profile", "arms", "device"]),
     log:

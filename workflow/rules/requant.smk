@@ -6,11 +6,12 @@ rule requant:
         # the gate's reference: llm-compressor's own checkpoint of the parent, made in the run, unless
         # the config names a committed checkpoint (then that one, and reference_checkpoint never runs)
         reference=[] if RUN["model"].get("checkpoint") else rules.reference_checkpoint.output.manifest,
-    # Tensor folders beside the tables are listed and hashed by the manifest, not declared as
-    # directory outputs (Snakemake would add a timestamp file to them).
+    # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
+    # --delete-all-output (deleted_with in common.smk says why).
     output:
-        gate=update(f"{RESULTS}/requant/gate.parquet"),
+        gate=report(update(f"{RESULTS}/requant/gate.parquet"), caption="../report/requant_gate.rst", category="Tables"),
         manifest=update(f"{RESULTS}/requant/manifest.json"),
+        **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
     params:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
         **stage_params("requant", ["model"], sources=["checkpoint"]),
