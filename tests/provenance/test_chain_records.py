@@ -175,3 +175,30 @@ def test_a_results_folder_given_as_input_checks_every_record_of_every_stage(proj
     outside.write_bytes(b"edited later")
     with pytest.raises(ManifestError, match=r"outside\.bin: does not match the manifest .*delta"):
         verify_input(results, whole=False)
+
+
+# Stages the pipeline always feeds from others (its DAG), written out here.
+ALWAYS_READS = {"reference": ["model"], "requant": ["model"], "capture": ["requant"], "prediction": ["capture"],
+                "compare": ["capture", "prediction"], "perplexity": ["requant"], "prefill_decode": ["requant"],
+                "tokens": ["model", "requant"]}
+
+
+@pytest.mark.parametrize(("stage", "upstream"), sorted(ALWAYS_READS.items()))
+def test_an_emptied_upstream_list_is_found_for_every_stage_that_always_reads_another(
+        tmp_path: Path, stage: str, upstream: list[str]) -> None:
+    from int8alibi.provenance.chain import missing_links
+
+    results = tmp_path / "results"
+    for name in (stage, *upstream, "unrelated"):
+        (results / name).mkdir(parents=True)
+        (results / name / MANIFEST_NAME).write_text("{}")
+    here = results / stage / MANIFEST_NAME
+    manifest = {"stage": stage, "stage_dir": f"results/{stage}", "upstream": []}
+    reasons = missing_links(here, manifest, [])
+    assert [r.split("'")[3] for r in reasons] == upstream          # "stage 'x' always reads stage 'y''s ..."
+    linked = {"stage": stage, "stage_dir": f"results/{stage}",
+              "upstream": [{"manifest": f"results/{name}/{MANIFEST_NAME}", "digest": "0" * 64} for name in upstream]}
+    assert missing_links(here, linked, []) == []
+    for name in upstream:                                           # a stage folder that is not there is no link
+        (results / name / MANIFEST_NAME).unlink()
+    assert missing_links(here, manifest, []) == []
