@@ -1,4 +1,4 @@
-"""Scoring on constructed cells: the reading rule's whole truth table (one cell at a time and over
+"""Scoring (and the definitions it reads) on constructed cells: the reading rule's whole truth table (one cell at a time and over
 columns), check 6 read in both regimes where a cell has non-finite elements or no finite pair, and
 how many matrices a definition takes."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from int8alibi import scoring
+from int8alibi import definitions, scoring
 from int8alibi.errors import ProtocolError
 
 # The reading rule: not observable -> excluded; prediction n/a or check not applicable -> n/a;
@@ -71,7 +71,8 @@ def test_outcomes_refuses_an_applicable_check_without_verdict_and_unknown_predic
 
 # ------------------------------------------------------------------ check 6 read in both regimes
 
-BOTH = scoring.Definition("both", ("corrected", "original"), scoring.COUNT_OUTPUT, scoring.CHECK6_BOTH_REGIMES)
+BOTH = definitions.Definition("both", ("corrected", "original"), definitions.COUNT_OUTPUT,
+                              definitions.CHECK6_BOTH_REGIMES)
 
 
 def _cells(rows: list[dict]) -> pd.DataFrame:
@@ -100,14 +101,14 @@ def test_check_6_is_read_off_the_largest_finite_ulp_only_where_every_element_is_
     # with a tolerance of 2 the first is within it too
     assert scoring.viewed(cells, BOTH, ulp_tolerance=2)["fired"].tolist()[:3] == [False, False, False]
     # the stated reading leaves every row as recorded
-    stated = scoring.viewed(cells, scoring.STATED, ulp_tolerance=1)
+    stated = scoring.viewed(cells, definitions.STATED, ulp_tolerance=1)
     assert stated["applicable"].tolist() == cells["applicable"].tolist()
     assert stated["counted"].tolist() == [True] * len(cells)
 
 
 def test_counting_operand_changes_counts_cells_whose_check_1_fired() -> None:
-    definition = scoring.Definition("ops", ("corrected", "original"), scoring.COUNT_OUTPUT_OR_OPERANDS,
-                                    scoring.CHECK6_REAL_SCALES)
+    definition = definitions.Definition("ops", ("corrected", "original"), definitions.COUNT_OUTPUT_OR_OPERANDS,
+                                        definitions.CHECK6_REAL_SCALES)
     rows = []
     for regime, observable, check1 in (("a", False, True), ("b", False, False), ("c", True, False), ("d", False, None)):
         for check in (1, 2):
@@ -126,19 +127,20 @@ def test_counting_operand_changes_counts_cells_whose_check_1_fired() -> None:
 @pytest.mark.parametrize("matrices", [["corrected"], ["corrected", "original", "reverted"], [],
                                       ["corrected", "mine"]])
 def test_a_definition_takes_exactly_two_known_matrices(matrices: list[str]) -> None:
-    entry = {"matrices": matrices, "counted": scoring.COUNT_OUTPUT, "check_6": scoring.CHECK6_REAL_SCALES}
+    entry = {"matrices": matrices, "counted": definitions.COUNT_OUTPUT, "check_6": definitions.CHECK6_REAL_SCALES}
     with pytest.raises(ProtocolError, match=r"paper\.yaml: definition 'd' names matrices"):
-        scoring.Definition.from_protocol("d", entry)
+        definitions.Definition.from_protocol("d", entry)
 
 
 def test_a_definition_of_two_known_matrices_and_implemented_readings_reads() -> None:
     for pair in (["corrected", "original"], ["original", "reverted"], ["reverted", "corrected"]):
-        for counted in (scoring.COUNT_OUTPUT, scoring.COUNT_OUTPUT_OR_OPERANDS):
-            for check6 in (scoring.CHECK6_REAL_SCALES, scoring.CHECK6_BOTH_REGIMES):
-                d = scoring.Definition.from_protocol("d", {"matrices": pair, "counted": counted, "check_6": check6})
+        for counted in (definitions.COUNT_OUTPUT, definitions.COUNT_OUTPUT_OR_OPERANDS):
+            for check6 in (definitions.CHECK6_REAL_SCALES, definitions.CHECK6_BOTH_REGIMES):
+                entry = {"matrices": pair, "counted": counted, "check_6": check6}
+                d = definitions.Definition.from_protocol("d", entry)
                 assert (d.matrices, d.counted, d.check6) == (tuple(pair), counted, check6)
     for key, value in (("counted", "everything"), ("check_6", "never")):
-        entry = {"matrices": ["corrected", "original"], "counted": scoring.COUNT_OUTPUT,
-                 "check_6": scoring.CHECK6_REAL_SCALES, key: value}
+        entry = {"matrices": ["corrected", "original"], "counted": definitions.COUNT_OUTPUT,
+                 "check_6": definitions.CHECK6_REAL_SCALES, key: value}
         with pytest.raises(ProtocolError, match=f"{key} '{value}' is not implemented"):
-            scoring.Definition.from_protocol("d", entry)
+            definitions.Definition.from_protocol("d", entry)
