@@ -1,6 +1,6 @@
-"""Scoring (and the definitions it reads) on constructed cells: the reading rule's whole truth table (one cell at a time and over
-columns), check 6 read in both regimes where a cell has non-finite elements or no finite pair, and
-how many matrices a definition takes."""
+"""Scoring (and the definitions it reads) on constructed cells: the reading rule's whole truth
+table (one cell at a time and over columns), check 6 read in both regimes where a cell has
+non-finite elements or no finite pair, and how many matrices a definition takes."""
 
 from __future__ import annotations
 
