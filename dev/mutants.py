@@ -71,6 +71,7 @@ TARGETS: dict[str, Target] = {
                                 "tests/test_checks.py"), ("evaluate_columns", "_spread")),
     "scoring": Target("int8alibi/scoring.py", ("tests/test_scoring_edges.py", "tests/test_scoring.py",
                                                "tests/test_scoring_definitions.py")),
+    "definitions": Target("int8alibi/definitions.py", ("tests/test_scoring_edges.py",)),
     "division": Target("int8alibi/quant/division.py",
                        ("tests/quant/test_quant_division.py", "tests/quant/test_quant_division_clamp.py")),
     "resolve": Target("int8alibi/resolve.py", ("tests/test_resolve.py", "tests/test_resolve_arms.py")),
