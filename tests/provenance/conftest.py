@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from provenance_project import PROTOCOL_FILES, build_run, make_protocol_stub
+from .provenance_project import PROTOCOL_FILES, build_run, make_protocol_stub
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from int8alibi.provenance.audit import (ABSENT, ERROR, NOTICE, Difference, Findi
 from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
-from provenance_project import TABLE_SCHEMA, build_run, make_protocol_stub
+from .provenance_project import TABLE_SCHEMA, build_run, make_protocol_stub
 
 ALPHA_TABLE = "results/alpha/layers.parquet"
 

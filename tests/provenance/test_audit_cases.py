@@ -17,7 +17,7 @@ import pytest
 from int8alibi.provenance.audit import ERROR, NOTICE, diff, explain, verify, verify_main
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
-from provenance_project import TABLE_SCHEMA, make_protocol_stub
+from .provenance_project import TABLE_SCHEMA, make_protocol_stub
 
 
 def _levels(findings, subject_part: str) -> set[tuple[str, str]]:
@@ -79,7 +79,7 @@ def test_two_runs_across_an_amendment_name_the_protocol_as_a_cause(project: Path
     later = project / "results-later"
     monkeypatch.setitem(sys.modules, "int8alibi.protocol", make_protocol_stub(amendment="A-0003"))
     (project / "preregistration" / "thresholds.yaml").write_text("ulp_tolerance: 2\n")
-    from provenance_project import build_run
+    from .provenance_project import build_run
 
     build_run(project, seed=1, results="results-later")
     found = diff(project / "results", later)

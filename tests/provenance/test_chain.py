@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from provenance_project import build_run
+from .provenance_project import build_run
 from int8alibi.errors import Int8AlibiError, ManifestError
 from int8alibi.provenance.audit import ERROR, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.chain import root_digest, stage_manifest_of, verify_input
@@ -290,7 +290,7 @@ def test_diff_rehash_rereads_a_changed_table(project: Path) -> None:
     import pandas as pd
 
     from int8alibi.provenance.parquet import write_table
-    from provenance_project import TABLE_SCHEMA
+    from .provenance_project import TABLE_SCHEMA
 
     results, copy = project / "results", project / "results-copy"
     shutil.copytree(results, copy)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from provenance_project import PROTOCOL_FILES
+from .provenance_project import PROTOCOL_FILES
 from int8alibi.errors import ManifestError
 from int8alibi.provenance.hashing import package_digest, sha256_file, sha256_tree
 from int8alibi.provenance.manifest import (FORMAT, load_manifest, manifest_digest, resolve_recorded,

@@ -7,7 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import SNAKEMAKE, commit_all, dry_run
+
+pytestmark = pytest.mark.slow  # every test here runs Snakemake
 
 
 def _first_protocol_file(repo: Path) -> Path:

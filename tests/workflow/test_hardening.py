@@ -18,6 +18,8 @@ import pytest
 
 from .conftest import SNAKEMAKE, TINY_CONFIG, copy_project
 
+pytestmark = pytest.mark.slow  # every test here runs Snakemake
+
 BIN = Path(sys.executable).parent
 TARGET = "results/faults_smoke/manifest.json"  # model -> requant -> capture -> faults_smoke: real jobs
 

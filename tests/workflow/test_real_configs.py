@@ -34,6 +34,7 @@ def test_config_validates_with_study_sizes(name: str, tmp_path: Path, monkeypatc
     assert cfg.results == Path(f"results/{name}")
 
 
+@pytest.mark.slow  # runs Snakemake
 @pytest.mark.parametrize("profile", [None, "profiles/slurm"])
 @pytest.mark.parametrize("name", CONFIGS)
 def test_dry_run_resolves(name: str, profile: str | None, tmp_path: Path) -> None:

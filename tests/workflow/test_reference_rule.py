@@ -7,7 +7,11 @@ from pathlib import Path
 
 import yaml
 
+import pytest
+
 from .conftest import dry_run, scheduled_jobs
+
+pytestmark = pytest.mark.slow  # every test here runs Snakemake
 
 TINY = {"size_profile": "tiny", "corpus": {"source": "synthetic", "path": None}}
 

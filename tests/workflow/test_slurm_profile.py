@@ -10,7 +10,11 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from .conftest import PROJECT, SNAKEMAKE
+
+pytestmark = pytest.mark.slow  # every test here runs Snakemake
 
 PROFILE = PROJECT / "profiles" / "slurm"
 CUDA = ["--config", "device=cuda", "arms=[cublaslt,triton]"]

@@ -38,6 +38,7 @@ def _requests(out: str) -> dict[str, int]:
     return mem
 
 
+@pytest.mark.slow  # runs Snakemake
 def test_slurm_dry_run_of_14b_requests_what_the_parent_needs(tmp_path: Path) -> None:
     args = [str(SNAKEMAKE), "-n", "--profile", "profiles/slurm", "--configfile", "config/synthetic-qwen3-14b.yaml",
             "--config", "device=cuda", "arms=[cublaslt,triton]", f"results_root={tmp_path}"]
