@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=None, help="at most this many mutants per target")
     parser.add_argument("--seed", default="int8alibi", help="the sample's seed")
     parser.add_argument("--match", default=None, help="only mutants whose key contains this text")
+    parser.add_argument("--also", action="append", default=[],
+                        help="a further test file or node run with every target's tests (repeatable)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant before it counts as killed")
     parser.add_argument("--list", action="store_true", help="print the mutants and run nothing")
     parser.add_argument("--min-score", type=float, default=None, help="exit 1 below this score (0..1)")
@@ -412,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     unmeasured: list[str] = []
     skipped_equivalent: list[str] = []
     for name, target in targets.items():
+        target = replace(target, tests=(*target.tests, *args.also))
         source = (PACKAGE / target.path).read_text(encoding="utf-8")
         chosen = sample(mutants(name, target, source), args.sample, args.seed)
         if args.match:

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from int8alibi.provenance.audit import ERROR, NOTICE, diff, explain, verify, verify_main
+from int8alibi.provenance.audit import ERROR, NOTICE, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
 from .provenance_project import TABLE_SCHEMA, make_protocol_stub
@@ -234,7 +234,16 @@ def test_verify_checks_the_expected_root_digest(project: Path, capsys: pytest.Ca
     assert f"{root} is not the expected {'0' * 64}" in capsys.readouterr().out
 
 
-def test_findings_are_values(project: Path) -> None:
-    (project / "results" / "alpha" / "note.txt").write_text("x")
-    found = verify(project / "results")
+def test_findings_and_differences_are_values(project: Path, copy: Path) -> None:
+    (copy / "alpha" / "note.txt").write_text("x")
+    found = verify(copy)
     assert len(set(found + found)) == len(set(found)) == len(found)   # hashable and equal by content
+    differences = diff(project / "results", copy)
+    assert differences and len(set(differences + differences)) == len(differences)
+
+
+def test_diff_json_keeps_text_as_written(project: Path, copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _forge(copy / "beta" / "manifest.json", lambda m: m["params"].update(unit="µs"))
+    assert diff_main([str(project / "results"), str(copy), "--json"]) == 1
+    printed = capsys.readouterr().out
+    assert '"b": "µs"' in printed and json.loads(printed)["why"]["beta"].endswith("recorded causes: params")
