@@ -307,5 +307,5 @@ def test_a_job_that_fails_under_snakemake_leaves_the_previous_outputs_as_they_we
     assert done.returncode != 0 and "Restored previous version" in done.stdout + done.stderr
     assert "not readable JSON" in (repo / "logs" / "model.log").read_text()
     assert tree_digests(repo / "results" / "model") == before
-    assert not [p for p in (repo / "results").iterdir() if p.name.endswith(".previous")]
+    assert not list((repo / "results").rglob("*.previous"))
 

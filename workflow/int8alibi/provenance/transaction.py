@@ -3,8 +3,9 @@
 Stages remove an earlier run's record before computing (so a failure never leaves a stale pass
 behind) and replace outputs one file at a time; either would lose or mix good results when a run
 fails. So before a stage runs, every entry of its folder is moved (renamed: no bytes copied, and out
-of reach of anything the stage writes) into a hidden snapshot beside it,
-``.<folder>.<host>-<pid>.<random>.previous``, and the stage starts in an empty folder. On success the
+of reach of anything the stage writes) into a hidden snapshot folder inside it (so on the same
+filesystem, also when the folder is a mount point), ``.<folder>.<host>-<pid>.<random>.previous``,
+and the stage starts in an otherwise empty folder. On success the
 snapshot's entries that the run did not write again are moved back (a stage writing part of a shared
 folder, like one generation run of two, keeps the other's files) and the rest dropped; on any failure
 (an exception, ``SystemExit``, Ctrl-C) everything the run wrote is removed and every entry moved
@@ -68,8 +69,8 @@ def _entries(out: Path, inputs: list[Path]) -> list[Path]:
 
 
 def snapshot(out: Path, inputs: list[Path]) -> Path:
-    """Move this run's entries of ``out`` into a new hidden folder beside it; return that folder."""
-    snap = out.parent / f".{out.name}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{SUFFIX}"
+    """Move this run's entries of ``out`` into a new hidden folder inside it; return that folder."""
+    snap = out / f".{out.name}.{host_tag()}-{os.getpid()}.{secrets.token_hex(4)}{SUFFIX}"
     snap.mkdir()
     for entry in _entries(out, inputs):
         os.rename(entry, snap / entry.name)
@@ -96,7 +97,7 @@ def merge(out: Path, snap: Path) -> None:
 def recover(out: Path, inputs: list[Path]) -> list[str]:
     """Restore the snapshot a killed run into ``out`` left (its process gone); one line per snapshot found."""
     lines = []
-    for snap in sorted(out.parent.glob(f".{glob_escape(out.name)}.*{SUFFIX}")):
+    for snap in sorted(out.glob(f".{glob_escape(out.name)}.*{SUFFIX}")):
         owner = _SNAPSHOT.match(snap.name)
         if owner is None or owner["name"] != out.name:
             continue
