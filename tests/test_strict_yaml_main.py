@@ -39,3 +39,6 @@ def test_the_files_are_read_from_the_command_line(tmp_path: Path, monkeypatch: p
     assert strict_yaml.main() == 1
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [f"{first}: ok"] and "duplicate key 'a'" in captured.err
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "no-such-program"), str(first)])   # the program is no file
+    assert strict_yaml.main() == 0
+    assert capsys.readouterr().err == ""
