@@ -65,7 +65,7 @@ TARGETS: dict[str, Target] = {
                            "tests/test_strict_yaml_main.py")),
     "batched": Target("int8alibi/faults/batched.py",
                       ("tests/faults/test_batched.py", "tests/faults/test_batched_edges.py")),
-    "rows": Target("int8alibi/faults/rows.py", ("tests/faults/test_rows.py",)),
+    "rows": Target("int8alibi/faults/rows.py", ("tests/faults/test_rows_edges.py", "tests/faults/test_rows.py")),
     "evaluate_columns": Target("int8alibi/checks.py",
                                ("tests/faults/test_rows.py::test_evaluate_columns_is_evaluate_on_every_edge",
                                 "tests/test_checks.py"), ("evaluate_columns", "_spread")),
