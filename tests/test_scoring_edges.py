@@ -144,3 +144,16 @@ def test_a_definition_of_two_known_matrices_and_implemented_readings_reads() -> 
                  "check_6": definitions.CHECK6_REAL_SCALES, key: value}
         with pytest.raises(ProtocolError, match=f"{key} '{value}' is not implemented"):
             definitions.Definition.from_protocol("d", entry)
+
+
+def test_the_stated_rule_is_what_the_protocol_states() -> None:
+    """analysis.yaml's reading rule: the corrected and the original matrix, output changes counted,
+    check 6 read only where it applies; paper.yaml's ``stated`` entry says the same."""
+    from pathlib import Path
+
+    from int8alibi import strict_yaml
+
+    assert definitions.STATED == definitions.Definition("stated", ("corrected", "original"),
+                                                        definitions.COUNT_OUTPUT, definitions.CHECK6_REAL_SCALES)
+    paper = strict_yaml.read(Path(__file__).resolve().parents[1] / "preregistration" / "paper.yaml")
+    assert definitions.Definition.from_protocol("stated", paper["definitions"]["stated"]) == definitions.STATED
