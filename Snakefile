@@ -44,9 +44,9 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         final_targets(),
-    default_target: True
 
 
 # What planning computed once for unchanged files (code digests, YAML parses): kept for the next plan.

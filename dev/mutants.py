@@ -27,11 +27,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
-import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 

@@ -59,7 +59,7 @@ def test_auto_arms_without_a_plan_are_refused_and_named_arms_read(tmp_path: Path
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(user_config(device="cpu", arms="auto")))
     with pytest.raises(InputError, match=r"arms: auto is resolved once per run"):
-        load_config(path).resolved_arms
+        _ = load_config(path).resolved_arms
     path.write_text(yaml.safe_dump(user_config(device="cpu", arms=["exact-cutlass-order", "exact-triton-order"])))
     assert load_config(path).resolved_arms == ["exact-cutlass-order", "exact-triton-order"]
 

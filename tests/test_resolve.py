@@ -141,7 +141,7 @@ def test_auto_without_a_resolution_is_refused_not_resolved(tmp_path: Path) -> No
     plain.write_text(yaml.safe_dump(user_config(tmp_path, device="auto", arms="auto")))
     cfg = load_config(plain)
     with pytest.raises(InputError, match="resolved once per run"):
-        cfg.resolved_device
+        _ = cfg.resolved_device
     with pytest.raises(InputError, match="resolved once per run"):
         resolve.stage_arms(cfg)
 
@@ -151,7 +151,7 @@ def test_a_resolution_for_other_values_is_refused(tmp_path: Path) -> None:
     path = write_run_config(tmp_path, run)
     cfg = load_config(path, ["device=cuda"])
     with pytest.raises(InputError, match="planned for device 'cpu'"):
-        cfg.resolved_device
+        _ = cfg.resolved_device
 
 
 def test_a_user_config_may_not_carry_a_resolved_block(tmp_path: Path) -> None:

@@ -14,8 +14,6 @@ from int8alibi.faults.batched import draw_picks
 from int8alibi.faults.campaign import resolve_engine
 from int8alibi.operands import Operands, synthetic_layers
 
-from .conftest import small_layers
-
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

@@ -52,7 +52,10 @@ def test_boundary_operands_match_reference(order, reference, bits_match):
     cases.append((minus_128, torch.full((8, 6144), -128, dtype=torch.int8), s_a, s_w))
     # |acc| ~ 1e8 with odd parts: int32 -> float32 must round to nearest even.
     g = torch.Generator().manual_seed(5)
-    pick = lambda shape: torch.tensor([-128, -127], dtype=torch.int8)[torch.randint(0, 2, shape, generator=g)]
+
+    def pick(shape: tuple[int, int]) -> torch.Tensor:
+        return torch.tensor([-128, -127], dtype=torch.int8)[torch.randint(0, 2, shape, generator=g)]
+
     cases.append((pick((4, 6144)), pick((8, 6144)), s_a, s_w))
     # Outputs beyond bf16's range: inf.
     cases.append(operands(4, 512, 8, 6, sa=(1e30, 1e31), sw=(1e3, 1e4)))

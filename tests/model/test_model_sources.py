@@ -219,8 +219,8 @@ def test_garbage_gguf_file_is_refused_naming_it(tmp_path: Path, monkeypatch):
     package = tmp_path / "fake_gguf_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    for name, data in (("garbage", b"this is not a gguf file" * 100), ("truncated", b"GGUF\x03\x00\x00\x00"),
-                       ("empty", b"")):
+    for _name, data in (("garbage", b"this is not a gguf file" * 100), ("truncated", b"GGUF\x03\x00\x00\x00"),
+                        ("empty", b"")):
         gguf = package / "model.gguf"
         gguf.write_bytes(data)
         sources._gguf_tokenizer.cache_clear()

@@ -106,7 +106,7 @@ def test_division_statistics_per_layer_and_in_the_manifest(passed: Path):
     assert probe.f32_division_differing.isna().all() and probe.quotient_shift_max.isna().all()
     summary = json.loads((passed / "manifest.json").read_text())["extra"]["division_statistics"]
     assert summary["f32_division_differing"] == int(own.f32_division_differing.sum())
-    assert summary["weights"] == int((own.n * own.k).sum()) == sum(parent[f"{l}.weight"].numel() for l in own.index)
+    assert summary["weights"] == int((own.n * own.k).sum()) == sum(parent[f"{layer}.weight"].numel() for layer in own.index)
     assert summary["f32_division_differing_share"] == summary["f32_division_differing"] / summary["weights"]
     assert summary["code_offset_max"] == float(own.code_offset_max.max())
 

@@ -67,7 +67,8 @@ def test_deleted_amendment(project_copy: Path) -> None:
 def test_broken_parent_hash_without_git(project_copy_nogit: Path) -> None:
     target = project_copy_nogit / "amendments" / "A-0002.yaml"
     text = target.read_text()
-    broken = re.sub(r"(previous_sha256:\s*['\"]?)([0-9a-f])", lambda m: m.group(1) + ("0" if m.group(2) != "0" else "1"), text, count=1)
+    broken = re.sub(r"(previous_sha256:\s*['\"]?)([0-9a-f])",
+                    lambda m: m.group(1) + ("0" if m.group(2) != "0" else "1"), text, count=1)
     assert broken != text
     target.write_text(broken)
     _assert_stopped(dry_run(project_copy_nogit), "A-0002.yaml")

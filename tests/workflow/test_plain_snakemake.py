@@ -117,7 +117,8 @@ def test_planning_imports_no_heavy_library(project_copy: Path, args: list[str]) 
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("heavy_imports_blocked.py")), *args,
                            "--configfile", "config/named.yaml"], cwd=project_copy, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0 and "imported while planning" not in done.stdout + done.stderr, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "imported while planning" not in out, out
 
 
 def test_planning_needs_only_snakemake_and_the_parse_time_packages(project_copy: Path, tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def _run(repo: Path, args: list[str], limit: int, cluster: slurm_cluster.SingleN
         out, _ = proc.communicate()
         if log:
             log.write_text(out)
-        raise AssertionError(f"{' '.join(args)} ran past {limit} s:\n{out[-6000:]}")
+        raise AssertionError(f"{' '.join(args)} ran past {limit} s:\n{out[-6000:]}") from None
     if log:
         log.write_text(out)
     return subprocess.CompletedProcess(args, proc.returncode, out, "")

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -163,7 +163,7 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), strict_yaml.parse(value, f"override {key}")
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str] | Mapping[str, Any]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     """Apply ``key.sub=value`` overrides (YAML-typed values), as Snakemake's --config does."""
     out = copy.deepcopy(data)
     items = overrides.items() if isinstance(overrides, Mapping) else (_parse_override(o) for o in overrides)
@@ -290,7 +290,7 @@ def _schema_message(exc: Any) -> str:
     return f"{_short_text(exc.instance)} fails the schema's {exc.validator!r} rule ({_short_text(exc.validator_value)})"
 
 
-def load_config(path: str | Path, overrides: list[str] | Mapping[str, Any] = ()) -> Config:
+def load_config(path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = ()) -> Config:
     """Load, override, expand environment variables and validate a config file.
 
     A run config (one with a ``resolved`` block) is not expanded again: a variable still written in

@@ -78,7 +78,7 @@ def _run_arm(arm: Arm, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, 
     mine = [t.to(device).clone() for t in (a_q, w_q, s_a, s_w)]
     y = arm.scaled_mm(*mine)
     acc = arm.accumulator(mine[0], mine[1])
-    return OperandSet(*mine), acc, y
+    return OperandSet(mine[0], mine[1], mine[2], mine[3]), acc, y
 
 
 def conform_layer(op: Operands, arm_a: Arm, arm_b: Arm, th: Thresholds, device: torch.device) -> list[dict[str, Any]]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ProtocolError
 
-MATRICES = ("corrected", "original")
+MATRICES: tuple[Literal["corrected", "original"], ...] = ("corrected", "original")
 
 COUNT_OUTPUT = "output_changed"
 COUNT_OUTPUT_OR_OPERANDS = "output_or_operands_changed"

@@ -76,7 +76,7 @@ def configure_torch(*, forward: bool) -> None:
         return
     import torch
 
-    torch.backends.mkldnn.enabled = False
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # a module flag torch types as a descriptor
     if forward:
         torch.set_num_threads(FORWARD_THREADS)
 
@@ -135,7 +135,7 @@ FACT_SOURCES = {
 def parse_cpuinfo(text: str) -> tuple[str, list[str]]:
     """(CPU model name, sorted feature flags) of /proc/cpuinfo's text: the first processor's entries
     (x86 ``model name``/``flags``, Arm ``Processor`` or ``cpu model``/``Features``)."""
-    model, flags = "unknown", []
+    model, flags = "unknown", list[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()

@@ -76,7 +76,8 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
         except InputError as exc:
             raise InputError(f"arms: auto cannot be resolved on host {here} ({why_device}): {exc}") from None
         arms = [arm_a.name, arm_b.name]
-        unavailable = {str(k): str(v) for k, v in dict(evidence.get("unavailable", {})).items()}
+        passed_over = evidence.get("unavailable", {})
+        unavailable = {str(k): str(v) for k, v in passed_over.items()} if isinstance(passed_over, Mapping) else {}
         why_arms = f"{evidence['why']}, on host {here}: {arms}"
         if unavailable:
             why_arms += f"; passed over (reasons under unavailable): {', '.join(unavailable)}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
 from .errors import InputError
 
-QUANTILE_METHOD = "linear"  # numpy's default (Hyndman-Fan type 7), pinned here
+QUANTILE_METHOD: Final = "linear"  # numpy's default (Hyndman-Fan type 7), pinned here
 _CHUNK_ROWS = 1024          # resamples drawn per step; the stream is the same for any chunking
 
 

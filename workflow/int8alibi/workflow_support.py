@@ -101,8 +101,9 @@ def environment_params() -> dict[str, str]:
     facts = environment_facts()
     out = {"env_python": f"python {facts['python']}"}
     out.update({_name("library", name): f"library {name} {version}" for name, version in facts["libraries"].items()})
+    pinned = json.dumps(facts["pinned_env"], sort_keys=True)
     out["env_portable"] = (f"portable CPU settings {'on' if facts['portable'] else 'off'}, "
-                           f"forward threads {facts['forward_threads']}: {json.dumps(facts['pinned_env'], sort_keys=True)}")
+                           f"forward threads {facts['forward_threads']}: {pinned}")
     return out
 
 

@@ -6,15 +6,15 @@ checkpoint capture:
     # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
     # --delete-all-output (deleted_with in common.smk says why).
     output:
+        **deleted_with(operands=f"{RESULTS}/capture/operands"),
         index=update(f"{RESULTS}/capture/index.parquet"),
         manifest=update(f"{RESULTS}/capture/manifest.json"),
-        **deleted_with(operands=f"{RESULTS}/capture/operands"),
-    params:
-        **stage_params("capture", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/capture.log",
     benchmark:
         f"{BENCHMARKS}/capture.tsv"
+    conda:
+        software_env(gpu_capable=True)
     # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
     # Snakemake runs such jobs side by side instead
     threads: 1
@@ -23,7 +23,7 @@ checkpoint capture:
         runtime=RESOURCES["capture"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["capture"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("capture", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     shell:
         stage_cmd("capture", f"{RESULTS}/capture", "--input gate={input.gate}") + " 2> {log:q}"

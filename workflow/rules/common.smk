@@ -16,7 +16,8 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from int8alibi.portable import apply_to_environ
 
 apply_to_environ()
-# Third-party progress bars are off in jobs (int8alibi.progress.quiet_bars); the stages' heartbeat says how far they are.
+# Third-party progress bars are off in jobs (int8alibi.progress.quiet_bars): each stage's heartbeat
+# says how far it is.
 from int8alibi.progress import quiet_bars
 
 quiet_bars()
@@ -45,7 +46,6 @@ from int8alibi.workflow_support import (
     source_digests,
     use_gpu,
 )
-
 
 # Parses and schema verdicts of exact bytes are kept between invocations (int8alibi.parse_cache);
 # with the code digests below, written once every rule is defined (save_plan_caches, Snakefile).
@@ -182,7 +182,9 @@ def stage_cmd(stage, out, extra="", python="{params.python:q}"):
     value goes into `extra` through `qpath`, e.g. `f"--input results={qpath(RESULTS)}"`, or as a
     param), and the run config as {params.run_config:q} (stage_params). Append the log as `" 2> {log:q}"`.
     """
-    return f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} {q(extra)}".rstrip()
+    return (
+        f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} {q(extra)}".rstrip()
+    )
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU

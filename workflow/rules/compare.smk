@@ -7,27 +7,30 @@ rule compare:
         protocol=protocol_files("compare"),
     output:
         layers=update(f"{RESULTS}/compare/layers.parquet"),
-        summary=report(update(f"{RESULTS}/compare/summary.parquet"), caption="../report/compare_summary.rst", category="Tables"),
+        summary=report(
+            update(f"{RESULTS}/compare/summary.parquet"), caption="../report/compare_summary.rst", category="Tables"
+        ),
         manifest=update(f"{RESULTS}/compare/manifest.json"),
-    params:
-        **stage_params("compare", ["arms", "device", "exploratory"]),
-        # the pinned prediction digest: a new pin reruns compare
-        pin=GATE.data_pins.get("predictions", "unpinned"),
     log:
         f"{LOGS}/compare.log",
     benchmark:
         f"{BENCHMARKS}/compare.tsv"
+    conda:
+        software_env(gpu_capable=True)
     threads: 2
     resources:
         mem_mb=RESOURCES["compare"].mem_mb,
         runtime=RESOURCES["compare"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["compare"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("compare", ["arms", "device", "exploratory"]),
+        # the pinned prediction digest: a new pin reruns compare
+        pin=GATE.data_pins.get("predictions", "unpinned"),
     shell:
         stage_cmd(
             "compare",
             f"{RESULTS}/compare",
             "--input index={input.index} --input predictions={input.predictions}",
-        ) + " 2> {log:q}"
+        )
+        + " 2> {log:q}"

@@ -13,17 +13,17 @@ rule crossmodel:
         md=update(f"{RESULTS}/crossmodel/models.md"),
         html=update(f"{RESULTS}/crossmodel/models.html"),
         manifest=update(f"{RESULTS}/crossmodel/manifest.json"),
-    params:
-        **stage_params("crossmodel"),
-        runs=",".join(config.get("crossmodel", [])),
     log:
         f"{LOGS}/crossmodel.log",
     benchmark:
         f"{BENCHMARKS}/crossmodel.tsv"
+    conda:
+        software_env()
     threads: 1
     resources:
         mem_mb=2000,
-    conda:
-        software_env()
+    params:
+        **stage_params("crossmodel"),
+        runs=",".join(config.get("crossmodel", [])),
     shell:
         stage_cmd("crossmodel", f"{RESULTS}/crossmodel", "--param runs={params.runs}") + " 2> {log:q}"

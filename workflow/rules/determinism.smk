@@ -9,15 +9,15 @@ rule generate:
     output:
         tokens=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet"),
         identity=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.identity.json"),
-    wildcard_constraints:
-        checkpoint="|".join(CHECKPOINTS_GENERATED),
-        run="[12]",
-    params:
-        **stage_params("generate", ["model", "size_profile", "corpus", "device"]),
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
         f"{BENCHMARKS}/generate/{{arm}}_{{checkpoint}}_{{run}}.tsv"
+    wildcard_constraints:
+        checkpoint="|".join(CHECKPOINTS_GENERATED),
+        run="[12]",
+    conda:
+        software_env(gpu_capable=True)
     # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
     # Snakemake runs such jobs side by side instead
     threads: 1
@@ -26,15 +26,16 @@ rule generate:
         runtime=RESOURCES["generate"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["generate"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("generate", ["model", "size_profile", "corpus", "device"]),
     shell:
         stage_cmd(
             "generate",
             f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}",
             "--input gate={input.gate} --param arm={wildcards.arm}"
             " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}",
-        ) + " 2> {log:q}"
+        )
+        + " 2> {log:q}"
 
 
 rule determinism:
@@ -50,19 +51,23 @@ rule determinism:
     output:
         generations=update(f"{RESULTS}/determinism/generations.parquet"),
         agreement=update(f"{RESULTS}/determinism/agreement.parquet"),
-        summary=report(update(f"{RESULTS}/determinism/summary.parquet"), caption="../report/determinism_summary.rst", category="Tables"),
+        summary=report(
+            update(f"{RESULTS}/determinism/summary.parquet"),
+            caption="../report/determinism_summary.rst",
+            category="Tables",
+        ),
         manifest=update(f"{RESULTS}/determinism/manifest.json"),
-    params:
-        **stage_params("determinism", ["arms", "exploratory"]),
     log:
         f"{LOGS}/determinism.log",
     benchmark:
         f"{BENCHMARKS}/determinism.tsv"
+    conda:
+        software_env()
     threads: 1
     resources:
         mem_mb=2000,
-    conda:
-        software_env()
+    params:
+        **stage_params("determinism", ["arms", "exploratory"]),
     shell:
         stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={qpath(f'{RESULTS}/determinism/runs')}")
         + " 2> {log:q}"

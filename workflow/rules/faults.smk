@@ -7,31 +7,40 @@ if int(config.get("faults_shards", 1)) <= 1:
             protocol=protocol_files("faults"),
         output:
             cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=report(update(f"{RESULTS}/faults/scorecard.parquet"), caption="../report/faults_scorecard.rst", category="Tables"),
-            detection=report(update(f"{RESULTS}/faults/detection.parquet"), caption="../report/faults_detection.rst", category="Tables"),
+            scorecard=report(
+                update(f"{RESULTS}/faults/scorecard.parquet"),
+                caption="../report/faults_scorecard.rst",
+                category="Tables",
+            ),
+            detection=report(
+                update(f"{RESULTS}/faults/detection.parquet"),
+                caption="../report/faults_detection.rst",
+                category="Tables",
+            ),
             ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
             flips=update(f"{RESULTS}/faults/flips.parquet"),
             totals=update(f"{RESULTS}/faults/totals.parquet"),
             decisions=update(f"{RESULTS}/faults/decisions.parquet"),
             manifest=update(f"{RESULTS}/faults/manifest.json"),
-        params:
-            **stage_params("faults", ["device", "exploratory"]),
         log:
             f"{LOGS}/faults.log",
         benchmark:
             f"{BENCHMARKS}/faults.tsv"
+        conda:
+            software_env(gpu_capable=True)
         threads: 2
         resources:
             mem_mb=RESOURCES["faults"].mem_mb,
             runtime=RESOURCES["faults"].runtime,
             gpu=use_gpu(RUN),
             gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
-        conda:
-            software_env(gpu_capable=True)
+        params:
+            **stage_params("faults", ["device", "exploratory"]),
         shell:
             stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log:q}"
 
 else:
+
     # Scatter/gather for a cluster: layer ranges run as separate jobs (faults_shard_dirs in
     # common.smk), then one gather writes the campaign's tables (byte-identical to a single run: rows
     # are sorted by key on write). The gather only merges tables: it runs where snakemake runs.
@@ -45,54 +54,63 @@ else:
             protocol=protocol_files("faults"),
         output:
             manifest=update(f"{RESULTS}/faults/shards/{{start}}_{{stop}}/manifest.json"),
-        wildcard_constraints:
-            start=r"\d+",
-            stop=r"\d+",
-        params:
-            **stage_params("faults", ["device", "exploratory"]),
         log:
             f"{LOGS}/faults/shard_{{start}}_{{stop}}.log",
         benchmark:
             f"{BENCHMARKS}/faults/shard_{{start}}_{{stop}}.tsv"
+        wildcard_constraints:
+            start=r"\d+",
+            stop=r"\d+",
+        conda:
+            software_env(gpu_capable=True)
         threads: 2
         resources:
             mem_mb=RESOURCES["faults_shard"].mem_mb,
             runtime=RESOURCES["faults_shard"].runtime,
             gpu=use_gpu(RUN),
             gpu_mem_mb=RESOURCES["faults_shard"].gpu_mem_mb,
-        conda:
-            software_env(gpu_capable=True)
+        params:
+            **stage_params("faults", ["device", "exploratory"]),
         shell:
             stage_cmd(
                 "faults",
                 f"{RESULTS}/faults/shards/{{wildcards.start}}_{{wildcards.stop}}",
                 "--input operands={input.index} --param layer_range={wildcards.start}:{wildcards.stop}",
-            ) + " 2> {log:q}"
+            )
+            + " 2> {log:q}"
 
     rule faults:
         input:
             shards=faults_shard_manifests,
         output:
             cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=report(update(f"{RESULTS}/faults/scorecard.parquet"), caption="../report/faults_scorecard.rst", category="Tables"),
-            detection=report(update(f"{RESULTS}/faults/detection.parquet"), caption="../report/faults_detection.rst", category="Tables"),
+            scorecard=report(
+                update(f"{RESULTS}/faults/scorecard.parquet"),
+                caption="../report/faults_scorecard.rst",
+                category="Tables",
+            ),
+            detection=report(
+                update(f"{RESULTS}/faults/detection.parquet"),
+                caption="../report/faults_detection.rst",
+                category="Tables",
+            ),
             ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
             flips=update(f"{RESULTS}/faults/flips.parquet"),
             totals=update(f"{RESULTS}/faults/totals.parquet"),
             decisions=update(f"{RESULTS}/faults/decisions.parquet"),
             manifest=update(f"{RESULTS}/faults/manifest.json"),
-        params:
-            **stage_params("faults"),
-            shards=faults_shard_args,
         log:
             f"{LOGS}/faults_gather.log",
         benchmark:
             f"{BENCHMARKS}/faults_gather.tsv"
+        conda:
+            software_env()
         threads: 1
         resources:
             mem_mb=8000,
-        conda:
-            software_env()
+        params:
+            **stage_params("faults"),
+            shards=faults_shard_args,
         shell:
             f"{{params.python:q}} -m int8alibi.stages.faults gather --config {{params.run_config:q}} "
             f"--out {qpath(f'{RESULTS}/faults')} {{params.shards:q}} 2> {{log:q}}"
@@ -113,20 +131,19 @@ rule faults_smoke:
         totals=update(f"{RESULTS}/faults_smoke/totals.parquet"),
         decisions=update(f"{RESULTS}/faults_smoke/decisions.parquet"),
         manifest=update(f"{RESULTS}/faults_smoke/manifest.json"),
-    params:
-        **stage_params("faults", ["device", "exploratory"]),
     log:
         f"{LOGS}/faults_smoke.log",
     benchmark:
         f"{BENCHMARKS}/faults_smoke.tsv"
+    conda:
+        software_env(gpu_capable=True)
     threads: 2
     resources:
         mem_mb=4000,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("faults", ["device", "exploratory"]),
     shell:
-        stage_cmd(
-            "faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2"
-        ) + " 2> {log:q}"
+        stage_cmd("faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2")
+        + " 2> {log:q}"

@@ -5,21 +5,23 @@ rule ksweep:
         counts=update(f"{RESULTS}/ksweep/counts.parquet"),
         ulp=update(f"{RESULTS}/ksweep/ulp.parquet"),
         fits=update(f"{RESULTS}/ksweep/fits.parquet"),
-        summary=report(update(f"{RESULTS}/ksweep/summary.parquet"), caption="../report/ksweep_summary.rst", category="Tables"),
+        summary=report(
+            update(f"{RESULTS}/ksweep/summary.parquet"), caption="../report/ksweep_summary.rst", category="Tables"
+        ),
         evidence=update(f"{RESULTS}/ksweep/evidence.parquet"),
         manifest=update(f"{RESULTS}/ksweep/manifest.json"),
-    params:
-        **stage_params("ksweep"),
     log:
         f"{LOGS}/ksweep.log",
     benchmark:
         f"{BENCHMARKS}/ksweep.tsv"
+    conda:
+        software_env(gpu_capable=True)
     threads: 2
     resources:
         mem_mb=RESOURCES["ksweep"].mem_mb,
         runtime=RESOURCES["ksweep"].runtime,
         gpu=1,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("ksweep"),
     shell:
         stage_cmd("ksweep", f"{RESULTS}/ksweep") + " 2> {log:q}"

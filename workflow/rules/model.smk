@@ -4,22 +4,22 @@ rule model:
     # readers refuse a folder that differs. The source files are a content digest
     # param, not inputs: their timestamps change when a venv is rebuilt or a checkout copied.
     output:
+        **deleted_with(parent=f"{RESULTS}/model/parent"),
         info=update(f"{RESULTS}/model/parent.parquet"),
         manifest=update(f"{RESULTS}/model/manifest.json"),
-        **deleted_with(parent=f"{RESULTS}/model/parent"),
-    params:
-        # the source files by name, size and content (the GGUF in its package, or every file of the
-        # Hugging Face directory): changing one reruns model and everything after it
-        **stage_params("model", ["model"], sources=["parent"]),
     log:
         f"{LOGS}/model.log",
     benchmark:
         f"{BENCHMARKS}/model.tsv"
+    conda:
+        software_env()
     threads: 2
     resources:
         mem_mb=RESOURCES["model"].mem_mb,
         runtime=RESOURCES["model"].runtime,
-    conda:
-        software_env()
+    params:
+        # the source files by name, size and content (the GGUF in its package, or every file of the
+        # Hugging Face directory): changing one reruns model and everything after it
+        **stage_params("model", ["model"], sources=["parent"]),
     shell:
         stage_cmd("model", f"{RESULTS}/model") + " 2> {log:q}"

@@ -7,14 +7,18 @@ rule perplexity:
         protocol=protocol_files("perplexity"),
     output:
         windows=update(f"{RESULTS}/perplexity/windows.parquet"),
-        summary=report(update(f"{RESULTS}/perplexity/summary.parquet"), caption="../report/perplexity_summary.rst", category="Tables"),
+        summary=report(
+            update(f"{RESULTS}/perplexity/summary.parquet"),
+            caption="../report/perplexity_summary.rst",
+            category="Tables",
+        ),
         manifest=update(f"{RESULTS}/perplexity/manifest.json"),
-    params:
-        **stage_params("perplexity", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/perplexity.log",
     benchmark:
         f"{BENCHMARKS}/perplexity.tsv"
+    conda:
+        software_env(gpu_capable=True)
     # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
     # Snakemake runs such jobs side by side instead
     threads: 1
@@ -23,7 +27,7 @@ rule perplexity:
         runtime=RESOURCES["perplexity"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["perplexity"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("perplexity", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     shell:
         stage_cmd("perplexity", f"{RESULTS}/perplexity", "--input gate={input.gate}") + " 2> {log:q}"

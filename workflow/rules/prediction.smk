@@ -6,19 +6,19 @@ rule prediction:
     output:
         predictions=update(f"{RESULTS}/prediction/predictions.parquet"),
         manifest=update(f"{RESULTS}/prediction/manifest.json"),
-    params:
-        **stage_params("prediction", ["device"]),
     log:
         f"{LOGS}/prediction.log",
     benchmark:
         f"{BENCHMARKS}/prediction.tsv"
+    conda:
+        software_env(gpu_capable=True)
     threads: 2
     resources:
         mem_mb=RESOURCES["prediction"].mem_mb,
         runtime=RESOURCES["prediction"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["prediction"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("prediction", ["device"]),
     shell:
         stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log:q}"

@@ -5,15 +5,19 @@ rule prefill_decode:
         requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("prefill_decode"),
     output:
-        prefill_decode=report(update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"), caption="../report/prefill_decode.rst", category="Tables"),
+        prefill_decode=report(
+            update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),
+            caption="../report/prefill_decode.rst",
+            category="Tables",
+        ),
         first_divergence=update(f"{RESULTS}/prefill_decode/first_divergence.parquet"),
         manifest=update(f"{RESULTS}/prefill_decode/manifest.json"),
-    params:
-        **stage_params("prefill_decode", ["model", "size_profile", "device", "arms"]),
     log:
         f"{LOGS}/prefill_decode.log",
     benchmark:
         f"{BENCHMARKS}/prefill_decode.tsv"
+    conda:
+        software_env(gpu_capable=True)
     # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
     # Snakemake runs such jobs side by side instead
     threads: 1
@@ -22,7 +26,7 @@ rule prefill_decode:
         runtime=RESOURCES["prefill_decode"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["prefill_decode"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("prefill_decode", ["model", "size_profile", "device", "arms"]),
     shell:
         stage_cmd("prefill_decode", f"{RESULTS}/prefill_decode", "--input gate={input.gate}") + " 2> {log:q}"

@@ -6,16 +6,16 @@ rule protocol:
     output:
         pins=update(f"{RESULTS}/protocol/pins.parquet"),
         manifest=update(f"{RESULTS}/protocol/manifest.json"),
-    params:
-        **stage_params("protocol"),
     log:
         f"{LOGS}/protocol.log",
     benchmark:
         f"{BENCHMARKS}/protocol.tsv"
+    conda:
+        software_env()
     threads: 1
     resources:
         mem_mb=1000,
-    conda:
-        software_env()
+    params:
+        **stage_params("protocol"),
     shell:
         stage_cmd("protocol", f"{RESULTS}/protocol") + " 2> {log:q}"

@@ -14,21 +14,21 @@ rule reference_checkpoint:
         # rerun this stage, whose manifest records that manifest's digest
         model_manifest=rules.model.output.manifest,
     output:
-        manifest=update(f"{RESULTS}/reference/manifest.json"),
         **deleted_with(checkpoint=f"{RESULTS}/reference/checkpoint"),
-    params:
-        # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
-        **stage_params("reference", ["model"], environment=lock_param()),
+        manifest=update(f"{RESULTS}/reference/manifest.json"),
     log:
         f"{LOGS}/reference.log",
     benchmark:
         f"{BENCHMARKS}/reference.tsv"
+    conda:
+        "../../envs/llmcompressor.yaml"
     threads: 2
     resources:
         mem_mb=RESOURCES["reference_checkpoint"].mem_mb,
         runtime=RESOURCES["reference_checkpoint"].runtime,
-    conda:
-        "../../envs/llmcompressor.yaml"
+    params:
+        # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
+        **stage_params("reference", ["model"], environment=lock_param()),
     shell:
         stage_cmd(
             "reference",

@@ -3,22 +3,22 @@ rule report:
         manifests=REPORT_INPUTS,
         protocol=protocol_files("report"),
     output:
+        **deleted_with(figure=f"{RESULTS}/report/*.svg"),
         md=update(f"{RESULTS}/report/report.md"),
         html=report(update(f"{RESULTS}/report/report.html"), caption="../report/report.rst", category="Report"),
         appendix_md=update(f"{RESULTS}/report/appendix.md"),
         appendix_html=update(f"{RESULTS}/report/appendix.html"),
         manifest=update(f"{RESULTS}/report/manifest.json"),
-        **deleted_with(figure=f"{RESULTS}/report/*.svg"),
-    params:
-        **stage_params("report", ["model", "size_profile", "arms", "device"]),
     log:
         f"{LOGS}/report.log",
     benchmark:
         f"{BENCHMARKS}/report.tsv"
+    conda:
+        software_env()
     threads: 1
     resources:
         mem_mb=2000,
-    conda:
-        software_env()
+    params:
+        **stage_params("report", ["model", "size_profile", "arms", "device"]),
     shell:
         stage_cmd("report", f"{RESULTS}/report", f"--input results={qpath(RESULTS)}") + " 2> {log:q}"

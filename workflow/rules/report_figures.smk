@@ -13,17 +13,17 @@ rule report_figures:
             caption="../report/figures.rst",
             category="Figures",
         ),
-    params:
-        report=lambda wildcards, input: os.path.dirname(input.manifest),
     log:
         f"{LOGS}/report_figures.log",
     benchmark:
         f"{BENCHMARKS}/report_figures.tsv"
+    conda:
+        software_env()
     threads: 1
     resources:
         mem_mb=200,
-    conda:
-        software_env()
+    params:
+        report=lambda wildcards, input: os.path.dirname(input.manifest),
     shell:
         "(mkdir -p {output.figures:q} && find {params.report:q} -maxdepth 1 -name '*.svg' "
         "-exec cp -t {output.figures:q} -- {{}} +) 2> {log:q}"

@@ -9,24 +9,24 @@ rule requant:
     # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
     # --delete-all-output (deleted_with in common.smk says why).
     output:
+        **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
         gate=report(update(f"{RESULTS}/requant/gate.parquet"), caption="../report/requant_gate.rst", category="Tables"),
         manifest=update(f"{RESULTS}/requant/manifest.json"),
-        **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
-    params:
-        # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
-        **stage_params("requant", ["model"], sources=["checkpoint"]),
-        reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     log:
         f"{LOGS}/requant.log",
     benchmark:
         f"{BENCHMARKS}/requant.tsv"
+    conda:
+        software_env(gpu_capable=True)
     threads: 2
     resources:
         mem_mb=RESOURCES["requant"].mem_mb,
         runtime=RESOURCES["requant"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["requant"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
+        **stage_params("requant", ["model"], sources=["checkpoint"]),
+        reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

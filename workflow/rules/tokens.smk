@@ -9,15 +9,17 @@ rule tokens:
         positions=update(f"{RESULTS}/tokens/positions.parquet"),
         pairs=update(f"{RESULTS}/tokens/pairs.parquet"),
         predictor=update(f"{RESULTS}/tokens/predictor.parquet"),
-        check7=report(update(f"{RESULTS}/tokens/check7.parquet"), caption="../report/tokens_check7.rst", category="Tables"),
+        check7=report(
+            update(f"{RESULTS}/tokens/check7.parquet"), caption="../report/tokens_check7.rst", category="Tables"
+        ),
         influence=update(f"{RESULTS}/tokens/influence.parquet"),
         manifest=update(f"{RESULTS}/tokens/manifest.json"),
-    params:
-        **stage_params("tokens", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     log:
         f"{LOGS}/tokens.log",
     benchmark:
         f"{BENCHMARKS}/tokens.tsv"
+    conda:
+        software_env(gpu_capable=True)
     # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
     # Snakemake runs such jobs side by side instead
     threads: 1
@@ -26,8 +28,8 @@ rule tokens:
         runtime=RESOURCES["tokens"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["tokens"].gpu_mem_mb,
-    conda:
-        software_env(gpu_capable=True)
+    params:
+        **stage_params("tokens", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
     shell:
         stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
         + " 2> {log:q}"

@@ -43,7 +43,8 @@ class _WideWeights:
 
     def __init__(self, max_bytes: int = 2 << 30) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, tuple[weakref.ref, int, torch.Tensor]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, torch.dtype], tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = (
+            OrderedDict())
         self._bytes = 0
 
     def get(self, w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -57,7 +58,10 @@ class _WideWeights:
         wide = w_q.to(dtype)
         size = wide.numel() * wide.element_size()
         if size <= self.max_bytes:
-            self._entries[key] = (weakref.ref(w_q, lambda _, k=key: self._drop(k)), w_q._version, wide)
+            def forget(_: object, k: tuple[int, torch.dtype] = key) -> None:
+                self._drop(k)
+
+            self._entries[key] = (weakref.ref(w_q, forget), w_q._version, wide)
             self._bytes += size
             while self._bytes > self.max_bytes:
                 self._drop(next(iter(self._entries)))

@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     rates = replace(rates, **{k: getattr(args, k) for k in RATE_OPTIONS if getattr(args, k) is not None})
     protocol = load(args.protocol)
     work = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, data["size_profile"])
-    name = [] if args.results.name == "results" else [args.results.name]
-    runs = read_benchmarks(args.benchmarks or Path("benchmarks", *name))
-    peaks = read_device_peaks(args.logs or Path("logs", *name))
+    folder = [] if args.results.name == "results" else [args.results.name]
+    runs = read_benchmarks(args.benchmarks or Path("benchmarks", *folder))
+    peaks = read_device_peaks(args.logs or Path("logs", *folder))
     print(f"{args.results}: parent {size.params / 1e9:.3g} B parameters ({size.parent_bytes / 1e9:.2f} GB bf16, "
           f"checkpoint {size.checkpoint_bytes / 1e9:.2f} GB), size profile {data['size_profile']}, device {device}; "
           "rates " + ", ".join(f"{k}={v:.3g}" for k, v in vars(rates).items()))

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -79,7 +80,7 @@ def _generate(shapes: str, m: int, seed: int, wanted: int, device: torch.device)
     rows = QWEN3_SHAPES[shapes].layers()[:wanted]
     workers = max(1, min(16, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        made = list(pool.map(lambda r: synthetic_layer(*r, m, seed), rows))
+        made = list(pool.map(lambda r: synthetic_layer(r[0], r[1], r[2], r[3], r[4], m, seed), rows))
     return [op.to(device) for op in made]
 
 
@@ -101,7 +102,7 @@ def _bench(args: argparse.Namespace) -> int:
         run_campaign(first_block, settings, device, progress=False, engine=engine)
     floor = 0.0
     for op in layers:
-        _, spent = _timed(lambda op=op: exact_accumulator(op.a_q, op.w_q), device)
+        _, spent = _timed(partial(exact_accumulator, op.a_q, op.w_q), device)
         floor += spent
     rows, campaign = _timed(lambda: run_campaign(layers, settings, device, progress=False, engine=engine), device)
     cells, scoring = _timed(lambda: score(rows, {m: protocol.matrix(m) for m in MATRICES}, False), device)

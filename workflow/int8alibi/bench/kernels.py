@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +36,9 @@ from ..kernels.base import library_versions
 from ..kernels.cublaslt import int_mm_accumulator
 from ..kernels.registry import ARM_NAMES, EMULATION_OF, get
 from ..operands import QWEN3_SHAPES, ModelShapes, Operands, synthetic_layers
+
+if TYPE_CHECKING:  # Triton is imported only when its tiles are swept
+    from ..kernels.triton_arm import TileConfig
 
 
 def time_cuda(fn: Callable[[], object], warmup: int, iters: int, reps: int = 5) -> tuple[dict[str, float], bool]:
@@ -134,20 +138,21 @@ def _operands(args: argparse.Namespace, m: int, device: torch.device) -> list[Op
     return ops
 
 
-def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, object]]:
+def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
     arms = [arm for arm in (get(name, device) for name in args.arms) if arm.available()[0]]
     rows = []
     for m in args.m:
         for op in _operands(args, m, device):
             ops = 2 * op.m * op.n * op.k
-            base, _ = time_cuda(lambda: int_mm_accumulator(op.a_q, op.w_q), args.warmup, args.iters)
-            base_call = time_call(lambda: int_mm_accumulator(op.a_q, op.w_q), args.warmup, args.iters)
-            timed = [(arm.name, None, lambda arm=arm: arm.scaled_mm(op.a_q, op.w_q, op.s_a, op.s_w)) for arm in arms]
+            base, _ = time_cuda(partial(int_mm_accumulator, op.a_q, op.w_q), args.warmup, args.iters)
+            base_call = time_call(partial(int_mm_accumulator, op.a_q, op.w_q), args.warmup, args.iters)
+            timed: list[tuple[str, TileConfig | None, Callable[[], torch.Tensor]]] = [
+                (arm.name, None, partial(arm.scaled_mm, op.a_q, op.w_q, op.s_a, op.s_w)) for arm in arms]
             if args.sweep_triton:
                 from ..kernels.triton_arm import SWEEP_CONFIGS, TritonArm
 
                 tri = TritonArm(device)
-                timed += [("triton", cfg, lambda cfg=cfg: tri.scaled_mm(op.a_q, op.w_q, op.s_a, op.s_w, config=cfg))
+                timed += [("triton", cfg, partial(tri.scaled_mm, op.a_q, op.w_q, op.s_a, op.s_w, config=cfg))
                           for cfg in SWEEP_CONFIGS if cfg.block_m <= max(16, m)]  # taller tiles only waste rows
             reference = {name: get(name, device).scaled_mm(op.a_q, op.w_q, op.s_a, op.s_w)
                          for name in set(EMULATION_OF.values())}
@@ -168,13 +173,13 @@ def _gpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, 
     return rows
 
 
-def _cpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, object]]:
+def _cpu_rows(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
     arms = [get(name, device) for name in ("exact-cutlass-order", "exact-triton-order")]
     rows = []
     for m in args.m:
         for op in _operands(args, m, device):
             a64, w64 = op.a_q.to(torch.float64), op.w_q.to(torch.float64)
-            base = time_cpu(lambda: a64 @ w64.T, args.warmup, args.iters)
+            base = time_cpu(partial(torch.matmul, a64, w64.T), args.warmup, args.iters)
             for arm in arms:
                 seconds = time_cpu(partial(arm.scaled_mm, op.a_q, op.w_q, op.s_a, op.s_w), args.warmup, args.iters)
                 rows.append({

@@ -19,6 +19,7 @@ the cell's two arms, what check 6 sees.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -228,9 +229,9 @@ class _LayerRun:
             operands_identical=f.get((a.operands, b.operands), lambda: operands_identical(a.operands, b.operands)),
             k=(a.operands.k, b.operands.k),
             exact_absmax=absmax,
-            accumulators=all(f.get((acc, exact_a), lambda acc=acc: accumulator_matches(acc, exact_a))
+            accumulators=all(f.get((acc, exact_a), functools.partial(accumulator_matches, acc, exact_a))
                              for acc in (a.acc32, b.acc32)),
-            scales_pow2=all(f.get((s,), lambda s=s: all_pow2(s)) for s in scales),
+            scales_pow2=all(f.get((s,), functools.partial(all_pow2, s)) for s in scales),
             outputs=outputs,
         )
 

@@ -46,16 +46,16 @@ class CellColumns:
     def part(self, start: int, stop: int) -> "CellColumns":
         """Cells ``start`` to ``stop`` (views)."""
         ev = EvidenceColumns(*(getattr(self.evidence, f.name)[start:stop] for f in fields(EvidenceColumns)))
-        return CellColumns(*(getattr(self, f.name)[start:stop] for f in fields(CellColumns) if f.name != "evidence"),
-                           evidence=ev)
+        return CellColumns(**{f.name: getattr(self, f.name)[start:stop] for f in fields(CellColumns)
+                              if f.name != "evidence"}, evidence=ev)
 
     @classmethod
     def concat(cls, parts: Sequence["CellColumns"]) -> "CellColumns":
         """The cells of ``parts``, one after another."""
         ev = EvidenceColumns(*(np.concatenate([getattr(p.evidence, f.name) for p in parts])
                                for f in fields(EvidenceColumns)))
-        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls) if f.name != "evidence"),
-                   evidence=ev)
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)
+                      if f.name != "evidence"}, evidence=ev)
 
 
 def strings(value: str, count: int) -> np.ndarray:

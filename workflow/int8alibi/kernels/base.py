@@ -152,7 +152,7 @@ class OperandCheckCache:
             return build()
         key = (*key, *extra)
         if key in self._seen:
-            return self._seen[key]  # type: ignore[no-any-return]
+            return self._seen[key]
         made = build()
         if len(self._seen) >= self.SIZE:
             self._seen.pop(next(iter(self._seen)))

@@ -148,7 +148,7 @@ def select(spec: str | Sequence[str], device: torch.device | str) -> tuple[Arm, 
         names = list(spec)
         if len(names) != 2:
             raise InputError(f"arms spec {names!r}: expected exactly two arm names")
-        pairs = (tuple(names),)
+        pairs = ((names[0], names[1]),)
         why = f"explicit pair {names} requested for {dev}"
     for pair in pairs:
         arms = [get(name, dev) for name in pair]

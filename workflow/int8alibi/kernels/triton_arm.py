@@ -282,8 +282,9 @@ def _launch(
 ) -> torch.Tensor:
     cfg = config or config_for(a_q.shape[0])
     epilogue = s_a is not None
-    out, grid, args = _launch_args(a_q.contiguous(), w_q.contiguous(), s_a.contiguous() if epilogue else None,
-                                   s_w.contiguous() if epilogue else None, cfg)
+    out, grid, args = _launch_args(a_q.contiguous(), w_q.contiguous(),
+                                   s_a.contiguous() if s_a is not None else None,
+                                   s_w.contiguous() if epilogue else None, cfg)  # type: ignore[union-attr]  # both scales or neither
     LAUNCHERS.launch(_w8a8_kernel, grid, args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out.view(torch.bfloat16) if epilogue else out
 

@@ -2,7 +2,8 @@
 
 Plan-time code (resources, floors) needs the parent's size without loading weights or importing
 transformers: it comes from the synthetic preset, the Hugging Face folder's ``config.json``, the
-saved parent of a finished run, or the GGUF file's header. The counts are those of a Llama/Qwen3-style decoder: seven linears per block,
+saved parent of a finished run, or the GGUF file's header. The counts are those of a Llama/Qwen3-style
+decoder: seven linears per block,
 two RMS norms per block (Qwen3 adds q/k norms of one head's width), embedding, final norm, and a
 head that is the embedding when tied.
 """

@@ -254,9 +254,10 @@ def load_hf_model(path: str | Path) -> Any:
         raise InputError(f"{directory / 'config.json'}: not a usable model config "
                          f"({type(exc).__name__}: {str(exc)[:300]})") from exc
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             directory, config=config, dtype=torch.bfloat16, output_loading_info=True,
             ignore_mismatched_sizes=True)  # mis-shaped tensors are reported in ``info`` and refused below
+        model, info = loaded  # (model, loading info): what output_loading_info=True returns
     except Exception as exc:
         raise InputError(f"{directory}: the model cannot be loaded from its files "
                          f"({type(exc).__name__}: {str(exc)[:300]})") from exc
@@ -288,8 +289,9 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
 
     gguf = gguf_package_file(package)
     try:
-        model, loading = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                              output_loading_info=True)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                           output_loading_info=True)
+        model, loading = loaded
         tokenizer = gguf_tokenizer(package)
     except Exception as exc:  # the gguf reader and transformers raise many types for a bad file
         raise InputError(f"{gguf}: not a loadable GGUF model ({type(exc).__name__}: {str(exc)[:300]})") from exc

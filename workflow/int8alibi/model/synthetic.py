@@ -94,7 +94,7 @@ def build_synthetic(name: str = "tiny", seed: int = 0, vocab_size: int | None = 
         model = Qwen3ForCausalLM(config)
     # Parameters become bf16; buffers (rotary inverse frequencies) are made on the CPU in float32,
     # as in a loaded model.
-    model.to(torch.bfloat16).to_empty(device="cpu")
+    model.to(torch.bfloat16).to_empty(device="cpu")  # type: ignore[arg-type]  # transformers types .to by a wrapper
     model.model.rotary_emb = type(model.model.rotary_emb)(config)
     for pname, param in sorted(model.named_parameters()):
         param.data = synthetic_tensor(spec, seed, pname, tuple(param.shape), threads=threads)

@@ -10,6 +10,7 @@ the bf16 result.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,7 +26,11 @@ Tap = Callable[["W8A8Linear", torch.Tensor, torch.Tensor], None]
 class W8A8Linear(nn.Module):
     """``y = arm.scaled_mm(quantize_per_token(x), w_q, s_a, f32(s_w))`` for bf16 ``x`` [..., K]."""
 
-    def __init__(self, w_q: torch.Tensor, s_w: torch.Tensor, arm: object, *, name: str = "") -> None:
+    w_q: torch.Tensor  # buffers, registered in __init__
+    s_w: torch.Tensor
+    s_w32: torch.Tensor
+
+    def __init__(self, w_q: torch.Tensor, s_w: torch.Tensor, arm: Any, *, name: str = "") -> None:
         super().__init__()
         if w_q.dtype != torch.int8 or w_q.dim() != 2:
             raise InputError(f"W8A8Linear {name}: w_q must be int8 [N,K], got {w_q.dtype} {tuple(w_q.shape)}")
@@ -88,7 +93,7 @@ def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], ar
         missing, extra = sorted(want - have), sorted(have - want)
         raise InputError(f"{source}: quantized layers differ from the model's projections: {len(missing)} missing "
                          f"(first: {missing[:3]}), {len(extra)} extra (first: {extra[:3]})")
-    replacements = []
+    replacements: list[tuple[str, W8A8Linear]] = []
     for ref in refs:  # check everything before replacing anything: a failed swap leaves the model as it was
         module = model.get_submodule(ref.name)
         if not isinstance(module, nn.Linear):

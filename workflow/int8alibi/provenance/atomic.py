@@ -111,7 +111,8 @@ def sweep_stale(folder: str | os.PathLike[str]) -> list[str]:
     """Remove the temporaries in ``folder`` (recursively) that a dead process of this host left; return
     one line per temporary found: removed, or left in place with the reason (another host, a live
     process, or no owner in its name)."""
-    folder, here, lines = Path(folder), host_tag(), []
+    folder, here = Path(folder), host_tag()
+    lines: list[str] = []
     if not folder.is_dir():
         return lines
     found = [p for p in folder.rglob(".*.tmp") if _TEMP.match(p.name)]

@@ -253,7 +253,8 @@ def _rewritten(pins: Mapping[str, Any], current: Mapping[str, Any], where: str,
     """The amendment history rewritten since the stage ran (after the lock): the amendment it ran under
     now pins other files or data, or is gone, or the lock commit is another commit. The gate alone
     cannot see a rewrite that recomputed the whole chain; the manifests recorded before it can."""
-    recorded_history = pins.get("history") if isinstance(pins.get("history"), Mapping) else {}
+    history = pins.get("history")
+    recorded_history = history if isinstance(history, Mapping) else {}
     if recorded_history.get("status") not in ("verified", "partial") or state.records is None:
         return []  # recorded before the lock (drafts may change) or amendments unreadable (reported elsewhere)
     out = []

@@ -120,8 +120,8 @@ def _plain(value: Any, what: str, manifest_path: Path) -> Any:
 
 
 def write_manifest(stage_dir: PathLike, *, stage: str,
-                   outputs: Mapping[str, PathLike] | Iterable[PathLike],
-                   inputs: Mapping[str, PathLike] | Iterable[PathLike],
+                   outputs: Mapping[str, PathLike] | Sequence[PathLike],
+                   inputs: Mapping[str, PathLike] | Sequence[PathLike],
                    params: Mapping[str, Any], arms: Sequence[Mapping[str, Any]] = (),
                    exploratory: bool = False, protocol_root: PathLike = "preregistration",
                    extra: Mapping[str, Any] | None = None, device: Any = None) -> Path:

@@ -32,7 +32,7 @@ from ..errors import InputError
 Division = Literal["bf16", "float32"]
 Mode = Literal["none", "nearest", "ceiling"]
 
-DIVISIONS: tuple[str, ...] = ("bf16", "float32")
+DIVISIONS: tuple[Division, ...] = ("bf16", "float32")
 MODES: tuple[str, ...] = ("none", "nearest", "ceiling")
 SCALE_DIVISOR = 127.5  # (q_max - q_min) / 2 for int8: 255 / 2, exact in bf16
 Q_MIN, Q_MAX = -128, 127

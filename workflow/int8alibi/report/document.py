@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -126,16 +127,16 @@ def label(column: str) -> str:
     return LABELS.get(column, column.replace("_", " "))
 
 
-def _cell(value: object, column: str = "") -> str:
-    if isinstance(value, (list, tuple)) or (hasattr(value, "ndim") and getattr(value, "ndim") == 1):
-        return ", ".join(_cell(v) for v in value)  # type: ignore[union-attr]
+def _cell(value: Any, column: str = "") -> str:
+    if isinstance(value, (list, tuple)) or (hasattr(value, "ndim") and value.ndim == 1):
+        return ", ".join(_cell(v) for v in value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
         return "yes" if value else "no"
-    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "dtype").kind in "iu"):
+    if isinstance(value, int) or (hasattr(value, "dtype") and value.dtype.kind in "iu"):
         return f"{int(value):,}"
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "dtype").kind == "f"):
+    if isinstance(value, float) or (hasattr(value, "dtype") and value.dtype.kind == "f"):
         number = float(value)
         if column.endswith(PERCENT_SUFFIXES):
             return f"{100 * number:.2f}%"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -337,7 +338,7 @@ def prefill_decode(t: Tables, doc: Document) -> list[Block]:
     return blocks
 
 
-def _percent(value: object, digits: int = 2) -> str:
+def _percent(value: Any, digits: int = 2) -> str:
     if value is None or pd.isna(value):
         return "—"
     return f"{100 * float(value):+.{digits}f}%"

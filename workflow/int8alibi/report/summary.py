@@ -165,8 +165,9 @@ def _never_applicable(t: Tables, sources: list[Source]) -> list[dict[str, str]]:
         return []
     sources.append(src)
     names = ", ".join(f"{f} {s} x check {c}" for f, s, c in never.index)
+    predicted = scored.set_index(["fault", "severity", "check"]).loc[never.index, "predicted_corrected"]
     return [_row("never-applicable cells", "prediction matrix", "not tested",
-                 f"{names}: predicted {', '.join(sorted(set(scored.set_index(['fault', 'severity', 'check']).loc[never.index, 'predicted_corrected'])))} "
+                 f"{names}: predicted {', '.join(sorted(set(predicted)))} "
                  "but the check applied to no cell, so that prediction was never tested (e.g. F9's pct rung "
                  "perturbs the activation scales, which are then not powers of two, so check 5 cannot apply).")]
 

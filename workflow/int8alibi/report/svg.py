@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Sequence
+from typing import Mapping, Sequence
 
 WIDTH = 640
 ROW = 22
@@ -87,7 +87,7 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], unit: 
     return _frame(axis_y + 40, title, body)
 
 
-def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float]], *, x_label: str,
+def stacked_bars(title: str, labels: Sequence[str], series: Mapping[str, Sequence[float]], *, x_label: str,
                  y_label: str) -> str:
     """Horizontal stacked bars (e.g. counts of ulp 0 / 1 / >1 per fault) on a count axis, with a legend."""
     names = list(series)
@@ -99,7 +99,8 @@ def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[f
     for i, label in enumerate(labels):
         y = 28 + i * ROW
         x = float(MARGIN_LEFT)
-        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" text-anchor="end">{escape(label)}</text>')
+        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" '
+                    f'text-anchor="end">{escape(label)}</text>')
         for j, name in enumerate(names):
             w = plot * series[name][i] / top
             body.append(
@@ -134,13 +135,15 @@ def heat_map(title: str, rows: Sequence[str], cols: Sequence[str], cells: Sequen
                     f'text-anchor="middle">{escape(col)}</text>')
     for i, row in enumerate(rows):
         y = 46 + i * ROW
-        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" text-anchor="end">{escape(row)}</text>')
+        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{y + 14}" font-size="11" '
+                    f'text-anchor="end">{escape(row)}</text>')
         for j, value in enumerate(cells[i]):
             x = MARGIN_LEFT + j * cw
             fill, text = ("#dddddd", "n/a") if value is None else (_shade(value), _num(value))
             body.append(f'<rect x="{_num(x)}" y="{y}" width="{_num(cw - 2)}" height="{ROW - 2}" fill="{fill}"/>')
             color = "white" if value is not None and value > 0.6 else "black"
-            body.append(f'<text x="{_num(x + cw / 2)}" y="{y + 14}" font-size="10" text-anchor="middle" fill="{color}">{text}</text>')
+            body.append(f'<text x="{_num(x + cw / 2)}" y="{y + 14}" font-size="10" text-anchor="middle" '
+                        f'fill="{color}">{text}</text>')
     scale_y = 54 + len(rows) * ROW
     steps = 10
     width = (WIDTH - MARGIN_LEFT - 130) / steps
@@ -152,7 +155,8 @@ def heat_map(title: str, rows: Sequence[str], cols: Sequence[str], cells: Sequen
     body += _x_axis(MARGIN_LEFT, MARGIN_LEFT + steps * width, scale_y + 12, 0.0, 1.0, "", "", [0.0, 0.5, 1.0])
     gx = MARGIN_LEFT + steps * width + 14
     body.append(f'<rect x="{_num(gx)}" y="{_num(scale_y)}" width="12" height="12" fill="#dddddd"/>'
-                f'<text x="{_num(gx + 16)}" y="{_num(scale_y + 10)}" font-size="10">n/a: no observable, applicable cell</text></g>')
+                f'<text x="{_num(gx + 16)}" y="{_num(scale_y + 10)}" font-size="10">'
+                'n/a: no observable, applicable cell</text></g>')
     return _frame(scale_y + 40, title, body)
 
 
@@ -173,9 +177,11 @@ def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lo
             _y_label(14, 28, axis_y, y_label)]
     for i, label in enumerate(labels):
         y = 28 + i * ROW + ROW / 2
-        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{_num(y + 4)}" font-size="11" text-anchor="end">{escape(label)}</text>')
+        body.append(f'<text class="tick" x="{MARGIN_LEFT - 6}" y="{_num(y + 4)}" font-size="11" '
+                    f'text-anchor="end">{escape(label)}</text>')
         if math.isfinite(lows[i]) and math.isfinite(highs[i]):
-            body.append(f'<line x1="{_num(sx(lows[i]))}" y1="{_num(y)}" x2="{_num(sx(highs[i]))}" y2="{_num(y)}" stroke="{PALETTE[0]}" stroke-width="2"/>')
+            body.append(f'<line x1="{_num(sx(lows[i]))}" y1="{_num(y)}" x2="{_num(sx(highs[i]))}" y2="{_num(y)}" '
+                        f'stroke="{PALETTE[0]}" stroke-width="2"/>')
         if math.isfinite(points[i]):
             body.append(f'<circle cx="{_num(sx(points[i]))}" cy="{_num(y)}" r="4" fill="{PALETTE[3]}"/>')
             body.append(f'<text x="{_num(WIDTH - 80)}" y="{_num(y + 4)}" font-size="11">{escape(_num(points[i]) + unit)}</text>')
@@ -183,7 +189,8 @@ def interval_plot(title: str, labels: Sequence[str], points: Sequence[float], lo
     ly = axis_y + 42
     body.append(f'<circle cx="{MARGIN_LEFT + 5}" cy="{ly}" r="4" fill="{PALETTE[3]}"/>'
                 f'<text x="{MARGIN_LEFT + 14}" y="{ly + 4}" font-size="10">point estimate</text>'
-                f'<line x1="{MARGIN_LEFT + 110}" y1="{ly}" x2="{MARGIN_LEFT + 135}" y2="{ly}" stroke="{PALETTE[0]}" stroke-width="2"/>'
+                f'<line x1="{MARGIN_LEFT + 110}" y1="{ly}" x2="{MARGIN_LEFT + 135}" y2="{ly}" '
+                f'stroke="{PALETTE[0]}" stroke-width="2"/>'
                 f'<text x="{MARGIN_LEFT + 140}" y="{ly + 4}" font-size="10">interval</text>')
     return _frame(ly + 14, title, body)
 
@@ -202,7 +209,7 @@ def ulp_bucket(value: object) -> str:
     return "2–15" if v < 16 else "16–255" if v < 256 else "256–4095" if v < 4096 else "≥4096"
 
 
-def line_chart(title: str, series: dict[str, Sequence[tuple[float, float, float, float]]], *, x_label: str,
+def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float, float, float]]], *, x_label: str,
                y_label: str, log_y: bool = False, note: str = "", hollow: Sequence[str] = ()) -> str:
     """Lines over a log2 x axis; each point is (x, y, low, high) with a vertical bar from low to high.
 
@@ -232,7 +239,8 @@ def line_chart(title: str, series: dict[str, Sequence[tuple[float, float, float,
     body = [f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#333"/>',
             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#333"/>']
     for x in sorted(set(xs)):
-        body.append(f'<text class="tick" x="{_num(sx(x))}" y="{bottom + 14}" font-size="10" text-anchor="middle">{_num(x)}</text>')
+        body.append(f'<text class="tick" x="{_num(sx(x))}" y="{bottom + 14}" font-size="10" '
+                    f'text-anchor="middle">{_num(x)}</text>')
     ticks = [10.0 ** e for e in range(int(y0), int(y1) + 1)] if log_y else [y0 + (y1 - y0) * i / 4 for i in range(5)]
     for t in ticks:
         label = f"{t:.0e}" if log_y else _num(t)

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from .. import portable
 from ..bench.device_memory import log_peak_device_memory
@@ -52,7 +52,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return pairs
 
 
-def _check_arguments(run: Callable[..., None], stage: str, given: dict[str, str]) -> None:
+def _check_arguments(run: Callable[..., None], stage: str, given: Mapping[str, object]) -> None:
     """Every ``--input``/``--param`` name is one the stage reads, and every one it requires is given."""
     taken = {name: p for name, p in list(inspect.signature(run).parameters.items())[2:]
              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..engines.identity import Identity, Mismatch, join, read_identity
+from ..engines.identity import Identity, Mismatch, Treatment, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
@@ -132,7 +132,7 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
 
     violations: list[tuple[str, str, Mismatch]] = []
     for c in CHECKPOINTS:
-        pairs = [((arm_a, c, k), (arm_b, c, k), "arm") for k in RUNS]
+        pairs: list[tuple[Any, Any, Treatment]] = [((arm_a, c, k), (arm_b, c, k), "arm") for k in RUNS]
         pairs += [((arm, c, 1), (arm, c, 2), "run") for arm in arms]
         for ka, kb, treatment in pairs:
             a, b = arts[ka].identity, arts[kb].identity

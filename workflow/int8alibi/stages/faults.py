@@ -83,7 +83,7 @@ def reference_evidence(device: torch.device) -> dict[str, object]:
 def scored_by_definition(cells: pd.DataFrame, protocol: Protocol) -> pd.DataFrame:
     """The cells scored under every registered definition (paper.yaml) and its two matrices."""
     definitions = [Definition.from_protocol(name, entry) for name, entry in protocol.paper["definitions"].items()]
-    matrices = {m: protocol.matrix(m) for m in MATRICES}
+    matrices: dict[str, Any] = {m: protocol.matrix(m) for m in MATRICES}
     matrices[REVERTED] = reverted_matrix(matrices["corrected"])
     return definition_scores(cells, definitions, matrices, int(protocol.thresholds["ulp_tolerance"]))
 

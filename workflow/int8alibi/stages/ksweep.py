@@ -21,7 +21,6 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..errors import InputError
 from ..ksweep import fit as fitting
 from ..ksweep.arms import Runner, kernel_names, library_evidence, runner
 from ..ksweep.operands import Quantized, draw, quantize

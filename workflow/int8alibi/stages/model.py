@@ -13,6 +13,7 @@ import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ log = logging.getLogger("int8alibi.model")
 ROUND_TRIP_TOKENS = 32
 
 
-def _save_verified(model: object, tokenizer: object, info: ParentInfo, target: Path) -> ParentInfo:
+def _save_verified(model: Any, tokenizer: Any, info: ParentInfo, target: Path) -> ParentInfo:
     """Save into a temporary directory, reload, compare, then rename onto ``target``."""
     tmp = temp_dir(target.parent, target.name)
     try:

@@ -115,7 +115,7 @@ def analyse(nll: Mapping[str, np.ndarray], tokens: np.ndarray, analysis: Mapping
     return pd.DataFrame(rows, columns=SUMMARY_SCHEMA.names)
 
 
-def _require(rule: Mapping[str, Any], idx: Mapping[str, int], arms: list[str]) -> None:
+def _require(rule: Mapping[str, Any], idx: Mapping[str, object], arms: list[str]) -> None:
     if rule["metric"] != METRIC or rule["reference"] != REFERENCE:
         raise ProtocolError(f"preregistration/analysis.yaml: {rule['id']} uses metric {rule['metric']!r} against "
                             f"{rule['reference']!r}; this stage evaluates only {METRIC} against {REFERENCE!r}")

@@ -91,7 +91,7 @@ GATE_SCHEMA = pa.schema([
 GATE_KEY = ["block", "proj", "arm"]
 
 
-def pinned_division(protocol_root: Path) -> str:
+def pinned_division(protocol_root: Path) -> wq.Division:
     """The pinned division precision; ProtocolError if the pinned rule is not the one implemented here."""
     from ..protocol import load
 
@@ -104,7 +104,7 @@ def pinned_division(protocol_root: Path) -> str:
         if rule.get(key) != value:
             raise ProtocolError(f"{source}: weight_quantization.{key} is {rule.get(key)!r}, but the implemented "
                                 f"rule uses {value!r}")
-    division = rule["division"]
+    division: wq.Division = rule["division"]  # checked on the next line
     if division not in wq.DIVISIONS:
         raise ProtocolError(f"{source}: weight_quantization.division {division!r} is not one of {list(wq.DIVISIONS)}")
     return division
@@ -216,7 +216,7 @@ def _to_cpu(q: QuantizedWeight) -> QuantizedWeight:
     return QuantizedWeight(q.w_q.cpu(), q.s_w.cpu())
 
 
-def verify_committed(parent: _Parent, committed: Checkpoint, division: str,
+def verify_committed(parent: _Parent, committed: Checkpoint, division: wq.Division,
                      device: torch.device = torch.device("cpu")) -> None:
     """GateError unless every layer and every shared tensor of the reference is byte-identical to the rebuild."""
     other_division = next(d for d in wq.DIVISIONS if d != division)
@@ -253,7 +253,7 @@ def verify_committed(parent: _Parent, committed: Checkpoint, division: str,
                             f"{differing} element(s); the checkpoint was not made from this parent")
 
 
-def _arms(w: torch.Tensor, division: str, name: str) -> dict[str, tuple[QuantizedWeight, torch.Tensor | None]]:
+def _arms(w: torch.Tensor, division: wq.Division, name: str) -> dict[str, tuple[QuantizedWeight, torch.Tensor | None]]:
     """Each arm's weights and clipped counts per row (None for the probe, which recomputes nothing)."""
     own = wq.requantize_counted(w, "none", division, what=name)
     return {
@@ -291,7 +291,7 @@ def _row(ref: LayerRef, arm: str, w: torch.Tensor, q: QuantizedWeight, clipped: 
     return row
 
 
-def build_arms(parent: _Parent, division: str, staging: Path, gate: str, reference: Reference | None,
+def build_arms(parent: _Parent, division: wq.Division, staging: Path, gate: str, reference: Reference | None,
                device: torch.device = torch.device("cpu")) -> pd.DataFrame:
     """Write every arm's checkpoint under ``staging/<arm>`` and return the gate table rows.
 

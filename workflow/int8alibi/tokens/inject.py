@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import cast
 
 import numpy as np
 import torch
@@ -138,11 +139,11 @@ class InjectionArm:
             if fault in EPILOGUE_FAULTS:
                 y = self._epilogue_fault(fault, acc32[rows], a_q[rows], w_q, s_a[rows], s_w)
                 for i, cell in enumerate(group):
-                    self._show(out, y, position + i, i, cell, n)
+                    self._show(out, y, position + i, i, cast(Cell, cell), n)
             elif fault in BOTH_ARMS or fault == "F9":
                 for i, cell in enumerate(group):
                     block = slice((position + i) * r, (position + i + 1) * r)
-                    out[block] = self._operand_fault(cell, exact[block], a_q[block], w_q, s_a[block], s_w)
+                    out[block] = self._operand_fault(cast(Cell, cell), exact[block], a_q[block], w_q, s_a[block], s_w)
             position += len(group)  # None (reference) and F8 (nothing changed) keep the reference rows
         return out
 

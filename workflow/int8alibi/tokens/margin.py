@@ -299,8 +299,8 @@ def fit_isotonic_decreasing(margin: np.ndarray, flip: np.ndarray) -> IsotonicMap
             return IsotonicMap(start, mean)
         # a block joins its left neighbour's group when the neighbour's mean is below its own
         group = np.cumsum(np.concatenate([[True], ~rising])) - 1
-        weight = np.bincount(group, weights=weight)
-        total = np.bincount(group, weights=total)
+        weight = np.asarray(np.bincount(group, weights=weight), dtype=np.float64)
+        total = np.asarray(np.bincount(group, weights=total), dtype=np.float64)
         first = np.concatenate([[True], group[1:] != group[:-1]])
         start = start[first]
 

@@ -16,6 +16,7 @@ whose bits differ is named.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +52,7 @@ def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     events: list[Event] = []
-    step_input, past = ids, {}
+    step_input, past = ids, dict[str, Any]()
     for i in range(new_tokens):
         if i == trace_at:
             with traced(model, row=step_input.shape[1] - 1, position=len(prompt) - 1 + i) as events:
