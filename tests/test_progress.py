@@ -47,3 +47,15 @@ def test_no_line_for_a_stage_shorter_than_the_period() -> None:
     with heartbeat("protocol", period=5.0, console=console):
         pass
     assert console.getvalue() == ""
+
+
+def test_plain_stderr_keeps_the_last_state_of_a_redrawn_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from int8alibi.progress import plain_stderr
+
+    with plain_stderr():
+        sys.stderr.write("start\nbar:  10%\rbar:  50%\rbar: 100%\n")
+        sys.stderr.write("part")
+        sys.stderr.write("ial\rdone")
+    assert capsys.readouterr().err == "start\nbar: 100%\ndone\n"

@@ -4,11 +4,14 @@ Snakemake shows what a job writes to standard output as it comes, and a rule sen
 to the job's log; a stage's heartbeat (``heartbeat``, started by ``stages.stage_main``) writes one
 plain line to both every ``PERIOD_S`` seconds: the stage, the time so far and where the counted task
 under way (``Progress``) stands. No carriage returns, no redrawn bars: a log reads line by line, and
-nothing here enters an output (timings are never hashed).
+nothing here enters an output (timings are never hashed). A library's own bar, which redraws a line
+with carriage returns, is switched off in jobs (``quiet_bars``) or, where it insists, reduced to its
+last state (``plain_stderr``).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -74,6 +77,48 @@ class Progress:
 
     def line(self) -> str:
         return f"{self.desc}: {self._count()}" + (f", {self.note}" if self.note else "")
+
+
+class _PlainLines(io.TextIOBase):
+    """Standard error as a log reads it: a carriage return starts the line over, as on a terminal, so a
+    bar redrawn in place (a library's tqdm) leaves one line, its last state."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.line = out, ""
+
+    def write(self, text: str) -> int:
+        *ended, rest = text.split("\n")
+        for part in ended:
+            self.out.write((self.line + part).rsplit("\r", 1)[-1] + "\n")
+            self.line = ""
+        self.line = (self.line + rest).rsplit("\r", 1)[-1]
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+    def finish(self) -> None:
+        """Write a last line left without its newline."""
+        if self.line:
+            self.out.write(self.line + "\n")
+            self.line = ""
+        self.out.flush()
+
+
+@contextmanager
+def plain_stderr() -> Generator[None, None, None]:
+    """Within the block, ``sys.stderr`` (the rule's log) gets plain lines only (``_PlainLines``)."""
+    original = sys.stderr
+    plain = _PlainLines(original)
+    sys.stderr = plain
+    try:
+        yield
+    finally:
+        sys.stderr = original
+        plain.finish()
 
 
 def quiet_bars(environ: MutableMapping[str, str] | None = None) -> None:

@@ -19,7 +19,7 @@ from ..bench.device_memory import log_peak_device_memory
 from ..config import Config, load_config
 from ..errors import InputError, Int8AlibiError
 from ..printable import printable
-from ..progress import heartbeat
+from ..progress import heartbeat, plain_stderr
 from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG
@@ -153,7 +153,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         log.info("%s: run config %s", stage, args.config)
         token = RUN_CONFIG.set(args.config)  # recorded as an input of the stage's manifest
         try:
-            with heartbeat(stage):  # a line every ten seconds on the console (Snakemake shows it) and in the log
+            # a line every ten seconds on the console (Snakemake shows it) and in the log, which holds plain lines
+            with heartbeat(stage), plain_stderr():
                 run(cfg, args.out, **inputs, **params)
         finally:
             RUN_CONFIG.reset(token)
