@@ -79,10 +79,14 @@ def test_two_correct_epilogue_orders_conform(operand_file: Path, tmp_path: Path)
     assert table[table["check"] == 4]["applicable"].all()  # both exact arms expose their accumulators
 
 
-def test_an_arm_that_writes_into_its_inputs_fires_check_1(operand_file: Path, tmp_path: Path) -> None:
+def test_an_arm_that_writes_into_its_inputs_is_a_named_error_not_a_verdict(
+        operand_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A user arm runs behind the guard (kernels.user_guard), which hands it copies of the operands and
+    compares them afterwards: the write is refused, naming the arm and the operand, before any check."""
     code, table = conform(f"{__name__}:input_writing_scaled_mm", operand_file, tmp_path)
-    assert code == 1
-    assert table[table["check"] == 1]["fired"].astype(bool).all()
+    assert code == 2 and table.empty
+    printed = capsys.readouterr()
+    assert "input_writing_scaled_mm: wrote into its input operand(s)" in printed.out + printed.err
 
 
 def test_an_unknown_arm_is_an_error_not_a_verdict(operand_file: Path, tmp_path: Path) -> None:
