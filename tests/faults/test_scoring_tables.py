@@ -17,7 +17,7 @@ def test_every_scoring_table_is_written_under_its_unique_key(campaign_rows: pd.D
     cells = cells_table(score(campaign_rows, {m: protocol.matrix(m) for m in MATRICES}, False))
     written = write_tables(tmp_path, cells, protocol)
     assert set(written) == set(TABLES)
-    for name, (file, schema, key) in TABLES.items():
+    for name, (_file, schema, key) in TABLES.items():
         table = read_table(written[name], schema)
         assert len(table) and not table.duplicated(key).any(), name
         assert table[key].equals(table[key].sort_values(key).reset_index(drop=True)), name
