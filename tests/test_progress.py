@@ -27,6 +27,17 @@ def test_progress_counts_iteration_and_updates() -> None:
     hidden.close()
 
 
+def test_a_loop_that_raises_leaves_no_task_under_way() -> None:
+    def fail_at_second() -> None:
+        for item in Progress([1, 2, 3], desc="failing", unit="layer"):
+            if item == 2:
+                raise ValueError("stop")
+
+    with pytest.raises(ValueError):
+        fail_at_second()
+    assert progress.status() == "running"
+
+
 def test_heartbeat_writes_a_plain_line_each_period_to_console_and_log(caplog: pytest.LogCaptureFixture) -> None:
     console = io.StringIO()
     caplog.set_level(logging.INFO, logger="int8alibi.progress")

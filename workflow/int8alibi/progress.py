@@ -46,10 +46,12 @@ class Progress:
                 _current.append(self)
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.iterable or ():
-            yield item
-            self.update()
-        self.close()
+        try:
+            for item in self.iterable or ():
+                yield item
+                self.update()
+        finally:  # also when the loop over it stops early or raises: a failed task is no longer under way
+            self.close()
 
     def __enter__(self) -> Progress:
         return self
