@@ -130,7 +130,7 @@ def test_a_changed_model_file_reruns_model_and_its_descendants_only(finished_run
     dry = snakemake(finished_run, "-n", env=env)
     assert scheduled_jobs(dry.stdout) == {"model", "reference_checkpoint", "requant", "capture", "prediction",
                                           "compare", "faults", "generate", "determinism", "prefill_decode",
-                                          "perplexity", "tokens", "report", "all"}, dry.stdout
+                                          "perplexity", "tokens", "report", "report_figures", "all"}, dry.stdout
     assert "params have changed since last execution:\n        model" in dry.stdout, dry.stdout
 
 
@@ -163,7 +163,7 @@ def test_amend_reruns_only_the_touched_stages(finished_run: Path, tmp_path: Path
     commit_all(finished_run, "amend faults.yaml")
     dry = snakemake(finished_run, "-n")
     # the readers rerun, and the report that reads their tables; nothing else
-    assert scheduled_jobs(dry.stdout) == set(readers) | {"report", "all"}, dry.stdout
+    assert scheduled_jobs(dry.stdout) == set(readers) | {"report", "report_figures", "all"}, dry.stdout
     snakemake(finished_run)
     diff = sh(finished_run, str(BIN / "int8alibi"), "diff", str(before), "results", "--json", check=False)
     changed = {d["stage"] for d in json.loads(diff.stdout)["differences"]}
