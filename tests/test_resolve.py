@@ -84,8 +84,10 @@ def test_a_later_plan_reads_the_resolution_instead_of_making_its_own(tmp_path: P
     """A cluster job re-parses the Snakefile on another host: the run config's block is reused."""
     earlier = {**user_config(tmp_path, device="auto", arms="auto"),
                RESOLVED: {"spec": {"device": "auto", "arms": "auto"}, "device": "cpu", "arms": EXACT,
+                          "engine": "own",
                           "reason": {"device": "auto: no CUDA device visible to torch on host login1",
-                                     "arms": "auto: ..."}, "host": "login1", "unavailable": {}}}
+                                     "arms": "auto: ...", "engine": "auto: ..."}, "host": "login1",
+                          "unavailable": {}}}
     again = resolve.plan(user_config(tmp_path, device="auto", arms="auto"), earlier)
     assert again[RESOLVED] == earlier[RESOLVED]  # not re-resolved on the GPU host
     # a different device/arms value is a different run: resolved afresh, here

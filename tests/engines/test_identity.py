@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.engines.identity import Identity, join, read_identity, write_identity
+from int8alibi.engines import vllm_engine as ve
+from int8alibi.engines.identity import Identity, join, rails_digest, read_identity, write_identity
 from int8alibi.errors import InputError
 
 
 def identity(**changes: object) -> Identity:
     base = Identity(
         arm="exact-cutlass-order", checkpoint="pow2-nearest", run=1,
-        prompt_digest="p" * 64, checkpoint_digest="c" * 64, parent_digest="m" * 64,
+        prompt_digest="p" * 64, rails_digest="r" * 64, checkpoint_digest="c" * 64, parent_digest="m" * 64,
         tokenizer_digest="t" * 64, quant_config_digest="q" * 64,
         generation={"prompts": 1, "new_tokens": 4, "decoding": "greedy"},
         engine={"name": "int8alibi-own", "version": "0.1.0"},
@@ -25,6 +26,7 @@ def identity(**changes: object) -> Identity:
         cpu={"portable": True, "cpu_model": "CPU one", "cpu_flags_sha256": "f" * 64,
              "cpu_capability_detected": "AVX512", "cpu_capability_effective": "DEFAULT",
              "steering": {"OMP_NUM_THREADS": "unset"}},
+        process={},
     )
     return dataclasses.replace(base, **changes)
 
@@ -113,3 +115,55 @@ def test_identity_files_round_trip_and_are_validated(tmp_path: Path) -> None:
         read_identity(path)
     with pytest.raises(InputError, match="not found"):
         read_identity(tmp_path / "absent.json")
+
+
+def vllm_identity(arm: str, run: int = 1, **changes: object) -> Identity:
+    """A vLLM artifact as the generate stage writes it (evidence from verify_selection)."""
+    kernel = ve.ARM_KERNELS[arm][0]
+    log = f"INFO 12-02 00:10:07 [__init__.py:668] Selected {kernel} for {ve.INT8_SCHEME}\n"
+    base = identity(arm=arm, run=run, engine={"name": "vllm", "version": "0.26.0"},
+                    kernel_evidence=ve.verify_selection(arm, ve.parse_selection(log), "x.log"),
+                    process={"log": "run1.vllm/x.vllm.log", "log_sha256": f"{run:x}" * 64})
+    return dataclasses.replace(base, **changes)
+
+
+def test_vllm_artifacts_join_across_arms_and_runs_whatever_their_logs_digests() -> None:
+    assert join(vllm_identity("vllm-cutlass"), vllm_identity("vllm-triton"), "arm") == []
+    assert join(vllm_identity("vllm-triton", 1), vllm_identity("vllm-triton", 2), "run") == []
+
+
+@pytest.mark.parametrize(("evidence", "process", "problem"), [
+    ({}, None, "empty kernel evidence"),
+    ({"arm": "vllm-triton"}, None, "names arm 'vllm-triton'"),
+    ({"selected": []}, None, "not a non-empty list"),
+    ({"selected": ["garbage"]}, None, "not a non-empty list"),
+    ({"selected": ["TritonInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8"]}, None, "alone"),
+    ({"requested_kernel": "TritonInt8ScaledMMLinearKernel"}, None, "requested_kernel"),
+    ({"environment": {ve.DISABLE_VAR: "CutlassInt8ScaledMMLinearKernel"}}, None, "environment"),
+    (None, {"log_sha256": ""}, "not a SHA-256"),
+    (None, {}, "not a SHA-256"),
+])
+def test_the_join_refuses_empty_or_malformed_kernel_evidence(evidence: dict | None, process: dict | None,
+                                                             problem: str) -> None:
+    good = vllm_identity("vllm-cutlass")
+    bad_evidence = {} if evidence == {} else {**good.kernel_evidence, **(evidence or {})}
+    bad = dataclasses.replace(good, kernel_evidence=bad_evidence, process=good.process if process is None else process)
+    with pytest.raises(InputError, match="kernel evidence does not verify") as caught:
+        join(bad, vllm_identity("vllm-triton"), "arm")
+    assert problem in str(caught.value)
+    found = join(bad, vllm_identity("vllm-triton"), "arm", allow_unverified=True)
+    assert found[0].field == "kernel_evidence of a" and problem in found[0].b
+
+
+def test_own_engine_evidence_must_name_the_artifacts_arm() -> None:
+    with pytest.raises(InputError, match="kernel evidence does not verify"):
+        join(identity(kernel_evidence={}), identity(**ARM_B), "arm")
+
+
+def test_the_rails_digest_follows_every_decoding_setting() -> None:
+    generation = {"prompts": 8, "new_tokens": 64, "decoding": "greedy"}
+    engine = {"decoding": "greedy, one prompt per call", "settings": {"enforce_eager": True}}
+    base = rails_digest(generation, engine)
+    assert base == rails_digest(dict(generation), dict(engine))
+    assert base != rails_digest({**generation, "new_tokens": 63}, engine)
+    assert base != rails_digest(generation, {**engine, "settings": {"enforce_eager": False}})

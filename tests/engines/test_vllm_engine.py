@@ -38,11 +38,28 @@ def test_triton_arm_disables_the_cutlass_kernel_and_cutlass_arm_drops_any_inheri
 def test_runner_arguments_and_request() -> None:
     argv = ve.runner_argv(Path("/w/req.json"), Path("/w/out.json"), python="/py")
     assert argv == ["/py", "-m", "int8alibi.engines.vllm_engine", "--request", "/w/req.json", "--output", "/w/out.json"]
-    req = ve.request_payload(Path("/ckpt"), [[1, 2], [3]], 64, 4096)
-    assert req == {"checkpoint": "/ckpt", "prompts": [[1, 2], [3]], "new_tokens": 64, "max_model_len": 4096,
-                   "seed": ve.SEED}
+    req = ve.request_payload(Path("/ckpt"), [[1, 2], [3]], 64)
+    assert req == {"checkpoint": "/ckpt", "prompts": [[1, 2], [3]], "new_tokens": 64,
+                   "llm": {**ve.LLM_SETTINGS, "max_model_len": 66, "seed": ve.SEED}}
     with pytest.raises(InputError, match="new_tokens"):
-        ve.request_payload(Path("/ckpt"), [[1]], 0, 4096)
+        ve.request_payload(Path("/ckpt"), [[1]], 0)
+    with pytest.raises(InputError, match="at least one token"):
+        ve.request_payload(Path("/ckpt"), [[1], []], 4)
+
+
+def test_the_model_length_is_the_longest_prompt_plus_the_new_tokens_exactly() -> None:
+    assert ve.model_len([[5] * 320, [5] * 319], 64) == 384
+    assert ve.model_len([[0]], 1) == 2
+
+
+def test_the_environment_digest_depends_on_every_distribution_and_python_not_on_order() -> None:
+    base = ve.environment_digest({"vllm": "0.26.0", "torch": "2.11.0"}, "3.12.3")
+    assert base == ve.environment_digest({"torch": "2.11.0", "vllm": "0.26.0"}, "3.12.3")
+    assert base == ve.environment_digest({"Torch": "2.11.0", "vllm": "0.26.0"}, "3.12.3")  # names as pip compares them
+    assert base != ve.environment_digest({"vllm": "0.26.0", "torch": "2.11.1"}, "3.12.3")
+    assert base != ve.environment_digest({"vllm": "0.26.0", "torch": "2.11.0", "xgrammar": "0.2.9"}, "3.12.3")
+    assert base != ve.environment_digest({"vllm": "0.26.0", "torch": "2.11.0"}, "3.12.4")
+    assert len(ve.environment_digest(ve.installed_distributions(), "3.11.7")) == 64
 
 
 def test_selection_lines_are_parsed_with_prefixes_and_colour_codes() -> None:

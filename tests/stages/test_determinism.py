@@ -39,12 +39,14 @@ def config(tmp_path: Path, **extra: object) -> Config:
 
 def base_identity(arm: str, checkpoint: str, run: int) -> Identity:
     return Identity(
-        arm=arm, checkpoint=checkpoint, run=run, prompt_digest="p" * 64, checkpoint_digest=f"{checkpoint:c<64}",
+        arm=arm, checkpoint=checkpoint, run=run, prompt_digest="p" * 64, rails_digest="r" * 64,
+        checkpoint_digest=f"{checkpoint:c<64}",
         parent_digest="m" * 64, tokenizer_digest="t" * 64, quant_config_digest="q" * 64,
         generation={"prompts": 2, "new_tokens": 4, "decoding": "greedy"},
         engine={"name": "int8alibi-own", "version": "test"}, libraries={"torch": torch.__version__},
         device={"device": "cpu"}, kernel_evidence={"arm": arm, "is_emulation": True},
         cpu={"portable": True, "cpu_capability_effective": "DEFAULT"},
+        process={},
     )
 
 

@@ -13,6 +13,9 @@ from .errors import InputError
 ARM_NAMES: tuple[str, ...] = (
     "exact-cutlass-order", "exact-triton-order", "cublaslt", "triton", "vllm-cutlass", "vllm-triton",
 )
+# The pair whose kernel vLLM's own engine chooses (engine: vllm); with the own engine the same two
+# names call vLLM's kernel ops inside the project's W8A8 linears.
+VLLM_PAIR: tuple[str, str] = ("vllm-cutlass", "vllm-triton")
 
 
 def check_names(names: Sequence[str], source: str = "config: arms") -> None:

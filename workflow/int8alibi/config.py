@@ -65,6 +65,8 @@ class Config:
         if block is None:
             return None
         spec = {"device": self.data["device"], "arms": self.data["arms"]}
+        if "engine" in self.data:
+            spec["engine"] = self.data["engine"]
         if block["spec"] != spec:
             raise InputError(f"{self.path}: the resolved block was planned for device {block['spec']['device']!r}, "
                              f"arms {block['spec']['arms']!r}, but the config now says device {spec['device']!r}, "
@@ -80,6 +82,15 @@ class Config:
         if self.data["device"] == "auto":
             raise InputError(_unresolved(self.path, "device"))
         return str(self.data["device"])
+
+    @property
+    def resolved_engine(self) -> str:
+        """``own`` or ``vllm``: the determinism stage's engine as resolved when the run was planned."""
+        block = self.resolution
+        if block is None or "engine" not in block:
+            raise InputError(f"{self.path}: no resolved engine (the run was planned before engines were resolved, "
+                             "or this is not a run config); let Snakemake plan the run again")
+        return str(block["engine"])
 
     @property
     def resolved_arms(self) -> list[str]:

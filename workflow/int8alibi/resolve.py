@@ -15,11 +15,12 @@ nothing is substituted.
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .arm_names import check_names
+from .arm_names import VLLM_PAIR, check_names
 from .config import RESOLVED, Config
 from .errors import InputError
 
@@ -34,7 +35,41 @@ def host() -> str:
 
 def _spec(config: Mapping[str, Any]) -> dict[str, Any]:
     arms = config["arms"]
-    return {"device": config.get("device", "auto"), "arms": arms if isinstance(arms, str) else list(arms)}
+    spec = {"device": config.get("device", "auto"), "arms": arms if isinstance(arms, str) else list(arms)}
+    if "engine" in config:  # a config that does not name it means auto, and plans as before engines existed
+        spec["engine"] = config["engine"]
+    return spec
+
+
+def vllm_importable() -> bool:
+    """Whether this interpreter can import vLLM (looked up, not imported: planning stays fast)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_engine(spec: str, arms: Sequence[str], importable: bool) -> tuple[str, str]:
+    """``(engine, reason)`` for the config's ``engine`` value and the run's resolved arm pair.
+
+    vLLM's engine serves only the vLLM pair (its kernel is chosen inside vLLM) and needs vLLM where
+    the run is planned and run; ``engine: vllm`` without either is refused, never replaced by own.
+    """
+    pair = sorted(arms) == sorted(VLLM_PAIR)
+    if spec == "own":
+        return "own", "explicit: the config says engine: own"
+    if spec == "vllm":
+        if not pair:
+            raise InputError(f"engine: vllm runs only the vLLM arm pair {list(VLLM_PAIR)}, but the run's arms are "
+                             f"{list(arms)}; name those arms, or engine: own / auto")
+        if not importable:
+            raise InputError(f"engine: vllm, but vLLM cannot be imported on host {host()} where the run is planned; "
+                             "install it (dev/device-vllm carries it to a GPU host), or say engine: own / auto")
+        return "vllm", "explicit: the config says engine: vllm (the vLLM pair, vLLM importable)"
+    if spec != "auto":
+        raise InputError(f"engine: {spec!r}: expected auto, own or vllm")
+    if not pair:
+        return "own", f"auto: the arms {list(arms)} are not the vLLM pair"
+    if not importable:
+        return "own", f"auto: the vLLM pair, but vLLM cannot be imported on host {host()}"
+    return "vllm", f"auto: the vLLM pair, and vLLM can be imported on host {host()}"
 
 
 def _torch_for_auto() -> Any:
@@ -85,7 +120,9 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
         arms = [str(a) for a in spec["arms"]]
         check_names(arms)
         why_arms = f"explicit: the config names {arms}"
-    return {"spec": spec, "device": device, "arms": arms, "reason": {"device": why_device, "arms": why_arms},
+    engine, why_engine = resolve_engine(str(config.get("engine", "auto")), arms, vllm_importable())
+    return {"spec": spec, "device": device, "arms": arms, "engine": engine,
+            "reason": {"device": why_device, "arms": why_arms, "engine": why_engine},
             "host": here, "unavailable": unavailable}
 
 
@@ -101,6 +138,9 @@ def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -
     earlier = (previous or {}).get(RESOLVED)
     if isinstance(earlier, Mapping) and earlier.get("spec") == _spec(config):
         block = dict(earlier)
+        if "engine" not in block:  # planned before engines were resolved: the engine is decided now, once
+            engine, why = resolve_engine(str(config.get("engine", "auto")), block["arms"], vllm_importable())
+            block.update(engine=engine, reason={**block["reason"], "engine": why})
     else:
         block = resolve(config)
     return {**config, RESOLVED: block}

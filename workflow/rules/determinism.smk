@@ -1,4 +1,6 @@
 CHECKPOINTS_GENERATED = ["own", "pow2-nearest", "pow2-ceiling", "probe"]
+# own or vllm, resolved once when the run was planned (int8alibi.resolve.resolve_engine)
+ENGINE = RUN["resolved"]["engine"]
 
 
 rule generate:
@@ -28,12 +30,14 @@ rule generate:
         gpu_mem_mb=RESOURCES["generate"].gpu_mem_mb,
     params:
         **stage_params("generate", ["model", "size_profile", "corpus", "device"]),
+        engine=ENGINE,
     shell:
         stage_cmd(
             "generate",
             f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}",
             "--input gate={input.gate} --param arm={wildcards.arm}"
-            " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}",
+            " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}"
+            " --param engine={params.engine}",
         )
         + " 2> {log:q}"
 

@@ -19,7 +19,7 @@ from ..provenance.atomic import write_bytes
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_tree
 
 Treatment = Literal["arm", "run"]
-FORMAT = "int8alibi-identity/1"
+FORMAT = "int8alibi-identity/2"
 
 # Fields allowed to differ under each treatment. The kernel evidence names the kernel that ran,
 # so it is part of the arm by construction; across runs of one arm it must be identical.
@@ -27,6 +27,10 @@ TREATMENT_FIELDS: dict[str, tuple[str, ...]] = {
     "arm": ("arm", "kernel_evidence"),
     "run": ("run",),
 }
+# Facts of the one process that made an artifact (the digest of its engine log, which holds
+# timestamps and process ids): different between any two artifacts by construction, so recorded
+# for the reader and never compared. The kernel the log names is compared, as kernel_evidence.
+PER_PROCESS_FIELDS = ("process",)
 # CPU facts recorded for the reader but allowed to differ when both artifacts were computed under
 # the portable CPU settings, which make bytes independent of them (int8alibi.portable): jobs of
 # one run may land on different cluster hosts.
@@ -42,6 +46,7 @@ class Identity:
     checkpoint: str
     run: int
     prompt_digest: str
+    rails_digest: str
     checkpoint_digest: str
     parent_digest: str
     tokenizer_digest: str
@@ -52,6 +57,7 @@ class Identity:
     device: Mapping[str, Any]
     kernel_evidence: Mapping[str, Any]
     cpu: Mapping[str, Any]
+    process: Mapping[str, Any]
     source: str = field(default="<memory>", compare=False)
 
     def to_json(self) -> str:
@@ -75,10 +81,10 @@ class Mismatch:
 ABSENT = "<absent>"
 _CONTENT_FIELDS = tuple(f.name for f in fields(Identity) if f.name != "source")
 _TYPES: dict[str, type | tuple[type, ...]] = {
-    "arm": str, "checkpoint": str, "run": int, "prompt_digest": str, "checkpoint_digest": str,
+    "arm": str, "checkpoint": str, "run": int, "prompt_digest": str, "rails_digest": str, "checkpoint_digest": str,
     "parent_digest": str, "tokenizer_digest": str, "quant_config_digest": str,
     "generation": dict, "engine": dict, "libraries": dict, "device": dict, "kernel_evidence": dict,
-    "cpu": dict,
+    "cpu": dict, "process": dict,
 }
 
 
@@ -99,6 +105,13 @@ def quant_config_digest(checkpoint_dir: Path) -> str:
     if not isinstance(config, dict) or not isinstance(config.get("quantization_config"), dict):
         raise InputError(f"{path}: no quantization_config block; not a compressed-tensors checkpoint")
     return sha256_bytes(canonical_json(config["quantization_config"]).encode())
+
+
+def rails_digest(generation: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
+    """Digest of the rails every sequence is decoded on: the generation settings (prompt count, new
+    tokens, greedy, size profile) and the engine's decoding and build settings."""
+    rails = {"generation": dict(generation), "decoding": engine.get("decoding"), "settings": engine.get("settings")}
+    return sha256_bytes(canonical_json(rails).encode())
 
 
 def write_identity(path: str | Path, identity: Identity) -> Path:
@@ -157,7 +170,7 @@ def mismatches(a: Identity, b: Identity, treatment: Treatment) -> list[Mismatch]
     found = [
         Mismatch(key, fa.get(key, ABSENT), fb.get(key, ABSENT))
         for key in sorted(set(fa) | set(fb))
-        if key.split(".", 1)[0] not in allowed and fa.get(key, ABSENT) != fb.get(key, ABSENT)
+        if key.split(".", 1)[0] not in allowed + PER_PROCESS_FIELDS and fa.get(key, ABSENT) != fb.get(key, ABSENT)
         and not (portable and key.startswith(HOST_FIELDS))
     ]
     primary = allowed[0]
@@ -166,17 +179,36 @@ def mismatches(a: Identity, b: Identity, treatment: Treatment) -> list[Mismatch]
     return found
 
 
+def evidence_problem(identity: Identity) -> str | None:
+    """Why an artifact's kernel evidence proves nothing (empty, another arm's, or for vLLM not the
+    verified selection record of its log), or None when it is well formed."""
+    evidence = identity.kernel_evidence
+    if not evidence:
+        return "empty kernel evidence"
+    if evidence.get("arm") != identity.arm:
+        return f"kernel evidence names arm {evidence.get('arm')!r}, the artifact is arm {identity.arm!r}"
+    if identity.engine.get("name") == "vllm":
+        from .vllm_engine import evidence_problem as vllm_problem
+
+        return vllm_problem(identity.arm, evidence, identity.process)
+    return None
+
+
 def join(a: Identity, b: Identity, treatment: Treatment, *, allow_unverified: bool = False) -> list[Mismatch]:
-    """Verify that ``a`` and ``b`` differ only in ``treatment``; return the violations.
+    """Verify that ``a`` and ``b`` carry well-formed kernel evidence and differ only in ``treatment``;
+    return the violations.
 
     Without ``allow_unverified`` the first violation raises InputError naming both files, the
     field and both values; with it the violations are returned for the caller to record.
     """
-    found = mismatches(a, b, treatment)
+    found = [Mismatch(f"kernel_evidence of {side}", ident.source, problem)
+             for side, ident in (("a", a), ("b", b)) if (problem := evidence_problem(ident)) is not None]
+    found += mismatches(a, b, treatment)
     if found and not allow_unverified:
         first = found[0]
-        reason = (f"the declared treatment {treatment!r} does not differ" if first.field == TREATMENT_FIELDS[treatment][0]
-                  else f"only {treatment!r} may differ")
+        reason = ("the kernel evidence does not verify" if first.field.startswith("kernel_evidence of ")
+                  else f"the declared treatment {treatment!r} does not differ"
+                  if first.field == TREATMENT_FIELDS[treatment][0] else f"only {treatment!r} may differ")
         more = f" (and {len(found) - 1} more field(s))" if len(found) > 1 else ""
         raise InputError(f"identity join {a.source} vs {b.source}: {first.describe()}; {reason}{more}")
     return found

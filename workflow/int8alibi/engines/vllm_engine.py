@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..kernels.base import package_version
+from ..provenance.hashing import sha256_bytes
 
 DISABLE_VAR = "VLLM_DISABLED_KERNELS"
 CUTLASS_KERNEL = "CutlassInt8ScaledMMLinearKernel"
@@ -49,6 +50,20 @@ CHILD_ENV: dict[str, str] = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 SEED = 0
+# How the child builds vLLM's engine, recorded in every identity. Eager (no CUDA graphs, no
+# compilation), Triton attention (pure Triton: no FlashAttention binaries need carrying), the
+# tokenizer not loaded (token-id prompts; the synthetic parents' byte tokenizer is not one vLLM
+# knows), one sequence at a time, and a fixed KV cache so that several processes can share a GPU
+# without vLLM sizing its cache from memory the others are using.
+LLM_SETTINGS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "enforce_eager": True,
+    "attention_backend": "TRITON_ATTN",
+    "skip_tokenizer_init": True,
+    "max_num_seqs": 1,
+    "gpu_memory_utilization": 0.1,
+    "kv_cache_memory_bytes": 1 << 30,
+}
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SELECTION = re.compile(r"\b(?:Selected|Using) (?P<kernel>[A-Za-z0-9_]+ScaledMMLinearKernel) for "
@@ -89,8 +104,14 @@ def runner_argv(request: Path, output: Path, python: str = sys.executable) -> li
     return [python, "-m", "int8alibi.engines.vllm_engine", "--request", str(request), "--output", str(output)]
 
 
-def request_payload(checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_tokens: int,
-                    max_model_len: int) -> dict[str, Any]:
+def model_len(prompts: Sequence[Sequence[int]], new_tokens: int) -> int:
+    """The context vLLM is built for: the longest prompt plus the generated tokens, no more."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InputError("vLLM backend: every prompt needs at least one token")
+    return max(len(p) for p in prompts) + int(new_tokens)
+
+
+def request_payload(checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_tokens: int) -> dict[str, Any]:
     """What the child generates: token-id prompts, greedy, exactly ``new_tokens`` tokens each."""
     if new_tokens < 1:
         raise InputError(f"vLLM backend: new_tokens must be >= 1, got {new_tokens}")
@@ -98,9 +119,22 @@ def request_payload(checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_
         "checkpoint": str(Path(checkpoint_dir).resolve()),
         "prompts": [[int(t) for t in p] for p in prompts],
         "new_tokens": int(new_tokens),
-        "max_model_len": int(max_model_len),
-        "seed": SEED,
+        "llm": {**LLM_SETTINGS, "max_model_len": model_len(prompts, new_tokens), "seed": SEED},
     }
+
+
+def environment_digest(distributions: Mapping[str, str], python: str) -> str:
+    """SHA-256 of the Python version and every installed distribution's name and version: the stand-in
+    for a container digest (two processes with equal digests ran the same installed software)."""
+    lines = [f"python {python}", *sorted(f"{name.lower()}=={version}" for name, version in distributions.items())]
+    return sha256_bytes("\n".join(lines).encode())
+
+
+def installed_distributions() -> dict[str, str]:
+    """``{name: version}`` of every distribution this interpreter can import from."""
+    from importlib import metadata
+
+    return {str(d.metadata["Name"]): str(d.version) for d in metadata.distributions() if d.metadata["Name"]}
 
 
 def parse_selection(log_text: str) -> list[KernelSelection]:
@@ -126,6 +160,7 @@ def verify_selection(arm: str, selections: Sequence[KernelSelection], log: str) 
                          f"for {wrong[0].module}; refusing to record this run")
     return {
         "arm": arm,
+        "engine": "vllm",
         "implementation": f"vLLM {wanted} (selected by vLLM, verified from its log)",
         "is_emulation": False,
         "requested_kernel": wanted,
@@ -133,6 +168,32 @@ def verify_selection(arm: str, selections: Sequence[KernelSelection], log: str) 
         "environment": {DISABLE_VAR: ARM_KERNELS[arm][1] or "unset"},
         "vllm": package_version("vllm"),
     }
+
+
+_SELECTED = re.compile(r"[A-Za-z0-9_]+ScaledMMLinearKernel for [A-Za-z0-9_.]+")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def evidence_problem(arm: str, evidence: Mapping[str, Any], process: Mapping[str, Any]) -> str | None:
+    """Why a recorded vLLM artifact's kernel evidence is not what ``verify_selection`` writes for
+    ``arm`` (the requested kernel, only it selected, the switch that selects it, the log's digest),
+    or None. An identity file edited or written by anything else is refused by the join."""
+    if arm not in ARM_KERNELS:
+        return f"arm {arm!r} is not a vLLM arm"
+    wanted, disabled = ARM_KERNELS[arm]
+    selected = evidence.get("selected")
+    if evidence.get("requested_kernel") != wanted:
+        return f"requested_kernel is {evidence.get('requested_kernel')!r}, arm {arm} runs {wanted}"
+    if not isinstance(selected, list) or not selected or not all(
+            isinstance(s, str) and _SELECTED.fullmatch(s) for s in selected):
+        return f"selected is {selected!r}, not a non-empty list of '<Kernel> for <Scheme>' lines from vLLM's log"
+    if any(s.split(" for ", 1)[0] != wanted for s in selected) or f"{wanted} for {INT8_SCHEME}" not in selected:
+        return f"selected {selected!r} is not {wanted} for {INT8_SCHEME} alone"
+    if evidence.get("environment") != {DISABLE_VAR: disabled or "unset"}:
+        return f"environment is {evidence.get('environment')!r}, arm {arm} runs with {DISABLE_VAR}={disabled or 'unset'}"
+    if not isinstance(process.get("log_sha256"), str) or not _HEX64.fullmatch(process["log_sha256"]):
+        return f"the engine log's digest is {process.get('log_sha256')!r}, not a SHA-256"
+    return None
 
 
 def available() -> tuple[bool, str]:
@@ -148,14 +209,18 @@ def available() -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class VllmRun:
-    """Generated token ids per prompt and the verified kernel evidence of one arm's process."""
+    """One arm's process: generated token ids per prompt, the verified kernel evidence, the settings
+    vLLM was built with, the digest of the child's installed software and of its log."""
 
     tokens: list[list[int]]
     evidence: dict[str, Any]
+    settings: dict[str, Any]
+    environment_sha256: str
+    log_sha256: str
 
 
 def generate(arm: str, checkpoint_dir: Path, prompts: Sequence[Sequence[int]], new_tokens: int,
-             work_dir: Path, *, max_model_len: int = 4096, timeout_s: float = 3600.0) -> VllmRun:
+             work_dir: Path, *, timeout_s: float = 3600.0) -> VllmRun:
     """Run ``arm`` in a fresh process on the checkpoint; verify its kernel from the log; return tokens."""
     requested_kernel(arm)
     ok, why = available()
@@ -163,7 +228,8 @@ def generate(arm: str, checkpoint_dir: Path, prompts: Sequence[Sequence[int]], n
         raise InputError(f"vLLM backend for arm {arm}: not available here ({why})")
     work_dir.mkdir(parents=True, exist_ok=True)
     request, output, log = (work_dir / f"{arm}.{suffix}" for suffix in ("request.json", "tokens.json", "vllm.log"))
-    request.write_text(json.dumps(request_payload(checkpoint_dir, prompts, new_tokens, max_model_len)))
+    payload = request_payload(checkpoint_dir, prompts, new_tokens)
+    request.write_text(json.dumps(payload))
     with open(log, "w", encoding="utf-8") as handle:
         try:
             done = subprocess.run(runner_argv(request, output), env=arm_environment(arm, os.environ),
@@ -175,10 +241,12 @@ def generate(arm: str, checkpoint_dir: Path, prompts: Sequence[Sequence[int]], n
         tail = "\n".join(text.splitlines()[-20:])
         raise InputError(f"{log}: vLLM arm {arm} exited with status {done.returncode}:\n{tail}")
     evidence = verify_selection(arm, parse_selection(text), str(log))
-    tokens = json.loads(output.read_text())["tokens"]
+    result = json.loads(output.read_text())
+    tokens = result["tokens"]
     if len(tokens) != len(prompts) or any(len(t) != new_tokens for t in tokens):
         raise InputError(f"{output}: expected {len(prompts)} sequences of {new_tokens} tokens from arm {arm}")
-    return VllmRun(tokens=[[int(t) for t in seq] for seq in tokens], evidence=evidence)
+    return VllmRun(tokens=[[int(t) for t in seq] for seq in tokens], evidence=evidence, settings=payload["llm"],
+                   environment_sha256=str(result["environment_sha256"]), log_sha256=sha256_bytes(log.read_bytes()))
 
 
 def _child_main(argv: Sequence[str] | None = None) -> int:
@@ -192,14 +260,14 @@ def _child_main(argv: Sequence[str] | None = None) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=req["checkpoint"], dtype="bfloat16", enforce_eager=True, seed=req["seed"],
-              max_model_len=req["max_model_len"])
+    llm = LLM(model=req["checkpoint"], **req["llm"])
     params = SamplingParams(temperature=0.0, max_tokens=req["new_tokens"], min_tokens=req["new_tokens"],
                             ignore_eos=True, detokenize=False)
     # One prompt per call: batch composition cannot influence a sequence.
     tokens = [list(llm.generate([TokensPrompt(prompt_token_ids=p)], params, use_tqdm=False)[0].outputs[0].token_ids)
               for p in req["prompts"]]
-    args.output.write_text(json.dumps({"tokens": tokens}))
+    env = environment_digest(installed_distributions(), sys.version.split()[0])
+    args.output.write_text(json.dumps({"tokens": tokens, "environment_sha256": env}))
     return 0
 
 

@@ -348,6 +348,17 @@ def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | Non
     """
     stage = Path(model_stage_dir)
     table_path, parent = stage / PARENT_TABLE, stage / PARENT_DIR
+    table, info = _parent_record(table_path, expect)
+    recorded = dict(zip(table.loc[table.role == "saved", "file"], table.loc[table.role == "saved", "sha256"]))
+    present = tree_hashes(parent) if parent.is_dir() else {}
+    if present != recorded:
+        differing = sorted(set(present) ^ set(recorded)) or sorted(k for k in recorded if present.get(k) != recorded[k])
+        raise InputError(f"{parent}: files differ from {table_path} (first: {differing[:3]})")
+    model, tokenizer = load_hf_dir(parent) if with_tokenizer else (load_hf_model(parent), None)
+    return model, tokenizer, info
+
+
+def _parent_record(table_path: Path, expect: tuple[str, str] | None) -> tuple[pd.DataFrame, ParentInfo]:
     verify_input(table_path, whole=False)  # the record as the model stage's manifest has it
     table = read_table(table_path, PARENT_SCHEMA)
     if table.empty:
@@ -356,18 +367,21 @@ def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | Non
     if expect is not None and (first["source"], first["origin"]) != expect:
         raise InputError(f"{table_path}: the saved parent was made from {first['source']} {first['origin']!r}, "
                          f"but the config names {expect[0]} {expect[1]!r}; rerun the model stage")
-    recorded = dict(zip(table.loc[table.role == "saved", "file"], table.loc[table.role == "saved", "sha256"]))
-    present = tree_hashes(parent) if parent.is_dir() else {}
-    if present != recorded:
-        differing = sorted(set(present) ^ set(recorded)) or sorted(k for k in recorded if present.get(k) != recorded[k])
-        raise InputError(f"{parent}: files differ from {table_path} (first: {differing[:3]})")
-    model, tokenizer = load_hf_dir(parent) if with_tokenizer else (load_hf_model(parent), None)
     origin_files = tuple(zip(table.loc[table.role == "origin", "file"], table.loc[table.role == "origin", "sha256"]))
     info = ParentInfo(source=str(first["source"]), origin=str(first["origin"]), architecture=str(first["architecture"]),
                       n_blocks=int(first["n_blocks"]), n_layers=int(first["n_layers"]),
                       sha256=str(first["content_sha256"]), tokenizer_digest=str(first["tokenizer_digest"]),
                       files=origin_files)
-    return model, tokenizer, info
+    return table, info
+
+
+def saved_parent_info(cfg: Config) -> ParentInfo:
+    """The model stage's record of the parent (digests, shapes) without loading its weights: what an
+    engine that loads only the checkpoint (vLLM) names the parent by."""
+    table_path = Path(cfg.results) / "model" / PARENT_TABLE
+    if not table_path.is_file():
+        raise InputError(f"{table_path}: the model stage's parent record is missing; run the model stage first")
+    return _parent_record(table_path, describe_source(cfg))[1]
 
 
 def load_parent(cfg: Config, *, from_source: bool = False) -> tuple[Any, Any, ParentInfo]:

@@ -179,6 +179,7 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
         out_dir, stage="determinism", outputs=outputs,
         inputs=[p for art in arts.values() for p in art.paths],
         params={"allow_unverified": allow, "arms": arms, "device": cfg.resolved_device,
+                "engine": sorted({str(art.identity.engine.get("name")) for art in arts.values()}),
                 "checkpoints": list(CHECKPOINTS), "runs": list(RUNS)},
         arms=[dict(arts[(arm, CHECKPOINTS[0], 1)].identity.kernel_evidence) for arm in arms],
         exploratory=cfg.exploratory,

@@ -22,7 +22,7 @@ from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
-from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, write_identity
+from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, rails_digest, write_identity
 from ..engines.own import ENGINE, load_w8a8
 from ..errors import InputError
 from ..provenance.environment import library_versions
@@ -95,6 +95,7 @@ class Generated:
     parent_digest: str
     engine: dict[str, Any]
     kernel_evidence: dict[str, Any]
+    process: dict[str, Any]
 
 
 def _own(cfg: Config, ckpt: Path, arm: str, device: torch.device, analysis: Any, profile: Any) -> Generated:
@@ -102,21 +103,22 @@ def _own(cfg: Config, ckpt: Path, arm: str, device: torch.device, analysis: Any,
     engine = load_w8a8(cfg, ckpt, kernel, device, label=f"{arm}/{ckpt.name}")
     ids = prompts(engine.tokenizer, analysis, int(profile["prompts"]))
     tokens = engine.generate(ids, int(profile["new_tokens"]))
-    return Generated(ids, tokens, engine.tokenizer, parent_digest(engine.info), dict(ENGINE), kernel.evidence())
+    return Generated(ids, tokens, engine.tokenizer, parent_digest(engine.info), dict(ENGINE), kernel.evidence(), {})
 
 
 def _vllm(cfg: Config, ckpt: Path, arm: str, work_dir: Path, analysis: Any, profile: Any) -> Generated:
     from transformers import AutoTokenizer
 
     from ..engines import vllm_engine
-    from ..model.sources import load_parent
+    from ..model.sources import saved_parent_info
 
-    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)  # the prompts' ids; vLLM itself gets ids, not text
     ids = prompts(tokenizer, analysis, int(profile["prompts"]))
     result = vllm_engine.generate(arm, ckpt, ids, int(profile["new_tokens"]), work_dir)
-    _, _, info = load_parent(cfg)
-    engine = {"name": "vllm", "version": result.evidence["vllm"], "decoding": "greedy, one prompt per call"}
-    return Generated(ids, result.tokens, tokenizer, parent_digest(info), engine, result.evidence)
+    engine = {"name": "vllm", "version": result.evidence["vllm"], "decoding": "greedy, one prompt per call",
+              "settings": result.settings, "environment_sha256": result.environment_sha256}
+    return Generated(ids, result.tokens, tokenizer, parent_digest(saved_parent_info(cfg)), engine, result.evidence,
+                     {"log": f"{work_dir.name}/{arm}.vllm.log", "log_sha256": result.log_sha256})
 
 
 def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: str,
@@ -138,6 +140,8 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
         out = _own(cfg, ckpt, arm, device, protocol.analysis, profile)
     else:
         out = _vllm(cfg, ckpt, arm, out_dir / f"run{k}.vllm", protocol.analysis, profile)
+    generation = {"prompts": len(out.prompt_ids), "new_tokens": int(profile["new_tokens"]), "decoding": "greedy",
+                  "size_profile": cfg["size_profile"]}
     frame = pd.DataFrame({
         "prompt": range(len(out.prompt_ids)),
         "prompt_tokens": [len(p) for p in out.prompt_ids],
@@ -148,17 +152,18 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
     identity = Identity(
         arm=arm, checkpoint=checkpoint, run=k,
         prompt_digest=prompt_digest(out.prompt_ids),
+        rails_digest=rails_digest(generation, out.engine),
         checkpoint_digest=checkpoint_digest(ckpt),
         parent_digest=out.parent_digest,
         tokenizer_digest=tokenizer_digest(out.tokenizer),
         quant_config_digest=quant_config_digest(ckpt),
-        generation={"prompts": len(out.prompt_ids), "new_tokens": int(profile["new_tokens"]), "decoding": "greedy",
-                    "size_profile": cfg["size_profile"]},
+        generation=generation,
         engine=out.engine,
         libraries=library_versions(),
         device=describe(device),
         kernel_evidence=out.kernel_evidence,
         cpu=portable.facts(),
+        process=out.process,
     )
     tokens_path, identity_path = artifact_paths(out_dir, k)
     write_table(frame, tokens_path, TOKENS_SCHEMA, sort_by=["prompt"])
