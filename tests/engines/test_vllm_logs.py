@@ -1,8 +1,9 @@
 """Kernel-selection parsing against vLLM's own logs, captured on the H200 with vLLM 0.26.0.
 
 The fixtures are the complete logs of one generate process per arm (own checkpoint, run 1), as
-``python -m int8alibi.engines.vllm_study --logs-to DIR`` copies them: lines vLLM wrote itself, not
-written by hand. Until they are committed these tests skip, saying which file is missing.
+``python -m int8alibi.engines.vllm_study --logs-to DIR`` copies them (captured 2026-12-02 on an
+H200, the synthetic Qwen3-1.7B-shaped parent's own W8A8 checkpoint): lines vLLM wrote itself, not
+written by hand.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 
 
 def _log(arm: str) -> str:
-    path = FIXTURES / f"{arm}.vllm.log"
-    if not path.is_file():
-        pytest.skip(f"{path} not captured yet (python -m int8alibi.engines.vllm_study --logs-to {FIXTURES} on a GPU host)")
-    return path.read_text(encoding="utf-8")
+    return (FIXTURES / f"{arm}.vllm.log").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("arm", sorted(ve.ARM_KERNELS))

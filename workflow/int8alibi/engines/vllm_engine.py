@@ -48,6 +48,8 @@ CHILD_ENV: dict[str, str] = {
     "VLLM_LOGGING_COLOR": "0",
     "NO_COLOR": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # greedy decoding needs no top-k/top-p sampler; FlashInfer's is not part of the carried kit
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
 }
 SEED = 0
 # How the child builds vLLM's engine, recorded in every identity. Eager (no CUDA graphs, no
