@@ -83,9 +83,8 @@ def resolve(loader: Callable[[], Entry]) -> Entry:
     """The command's entry function; ImportError with a readable message when its module is missing."""
     try:
         return loader()
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        raise ImportError(f"its module cannot be imported (missing: {missing})") from exc
+    except ImportError as exc:  # a module or a name it should hold is missing: say which, in Python's words
+        raise ImportError(f"its module cannot be imported ({exc})") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         entry = BENCHMARKS[args[0]]()
     except ImportError as exc:
-        print(f"int8alibi bench {args[0]}: not available: its module cannot be imported "
-              f"(missing: {getattr(exc, 'name', None) or exc})", file=sys.stderr)
+        print(f"int8alibi bench {args[0]}: not available: its module cannot be imported ({exc})", file=sys.stderr)
         return 2
     return int(entry(args[1:]))
