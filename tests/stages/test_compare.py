@@ -12,7 +12,6 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 import yaml
@@ -23,11 +22,8 @@ from int8alibi.operands import ModelShapes, Operands, synthetic_layers
 from int8alibi.protocol.amend import amend
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
+from int8alibi import bitwise_prediction, capture_index, layer_comparison
 from int8alibi.stages import compare, prediction
-from int8alibi import bitwise_prediction
-from int8alibi import capture_index
-from int8alibi import layer_comparison
-from int8alibi import synthetic_compare
 
 PROJECT = Path(__file__).resolve().parents[2]
 SHAPES = ModelShapes(2, (("self_attn", "q_proj", 64, 48), ("mlp", "down_proj", 96, 64)))
@@ -188,58 +184,3 @@ def test_refuses_predictions_made_on_other_operands(project: Path, captured: tup
     other_index = capture_index.write_capture(project / "results" / "capture-other", other)
     with pytest.raises(InputError, match="was made on operands"):
         run_compare(project, other_index, predictions, exploratory=True)
-
-
-def test_synthetic_shapes_entry_point_on_cpu(project: Path) -> None:
-    out = project / "results" / "compare-synthetic"
-    summary = synthetic_compare.compare_synthetic(SHAPES, 8, EXACT_PAIR, out, device="cpu", project_root=project)
-    layers = read_table(out / "layers.parquet", layer_comparison.LAYERS_SCHEMA)
-    assert set(zip(summary.setting, summary.phase)) == {
-        (s, p) for s in ("real", "pow2-snapped") for p in ("prefill", "decode")}
-    assert (summary["layers"] == len(SHAPES.layers())).all()
-    assert layers["exploratory"].all() and load_manifest(out / "manifest.json")["exploratory"] is True
-    pow2 = layers[layers.setting == "pow2-snapped"]
-    assert pow2["predicted_bitwise"].all() and (pow2["differing"] == 0).all()
-    assert pd.Series(layers["m"]).isin([8, 1]).all()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (cublaslt and triton arms)")
-def test_synthetic_qwen3_shapes_on_gpu_with_cublaslt_and_triton(project: Path) -> None:
-    out = project / "results" / "compare-gpu"
-    summary = synthetic_compare.compare_synthetic("qwen3-1.7b", 512, ["cublaslt", "triton"], out, device="cuda",
-                                        blocks=2, project_root=project)
-    assert (summary["layers"] == 14).all()
-    assert (summary["prediction_failed"] == 0).all()
-    assert (summary.loc[summary.setting == "pow2-snapped", "layers_differing"] == 0).all()
-    real = summary[summary.setting == "real"]
-    assert (real["max_ulp"].fillna(0) <= 1).all()
-
-
-def _bf16(values: list[float]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
-
-
-def test_layer_errors_normalize_by_the_reference_rms_and_split_near_zero() -> None:
-    # a = [3, 4, 0, 0.01]: RMS over finite a = sqrt((9 + 16 + 0 + 1e-4) / 4); near zero below 1% of it
-    a = _bf16([3.0, 4.0, 0.0, 0.01])
-    b = _bf16([3.0, 4.03125, -0.0, 0.02])  # 4 -> next bf16 value up; +0 vs -0 differs in its bits
-    got = layer_comparison.layer_errors(a, b, 0.01)
-    rms = float(torch.sqrt(torch.mean(a.double() ** 2)))
-    assert got["reference_rms"] == pytest.approx(rms)
-    assert got["near_zero_elements"] == 2                       # a = 0 and |0.01| < 0.01 * 2.5
-    assert (got["differing_near_zero"], got["differing_non_near_zero"]) == (2, 1)
-    diff = (a.double() - b.double()).abs() / rms
-    assert got["max_normalized_error"] == pytest.approx(float(diff.max()))
-    assert got["rms_normalized_error"] == pytest.approx(float(torch.sqrt(torch.mean(diff ** 2))))
-
-
-def test_layer_errors_leave_nothing_to_normalize_by_as_null() -> None:
-    zero = layer_comparison.layer_errors(_bf16([0.0, 0.0]), _bf16([0.0, 1.0]), 0.01)
-    assert zero["reference_rms"] == 0.0 and zero["max_normalized_error"] is None
-    assert (zero["near_zero_elements"], zero["differing_near_zero"]) == (2, 1)
-    nan = layer_comparison.layer_errors(_bf16([float("nan")]), _bf16([1.0]), 0.01)
-    assert nan["reference_rms"] is None and nan["max_normalized_error"] is None and nan["near_zero_elements"] == 0
-    # a non-finite pair enters neither side of the split nor the errors
-    inf = layer_comparison.layer_errors(_bf16([2.0, 2.0]), _bf16([2.0, float("inf")]), 0.01)
-    assert (inf["differing_near_zero"], inf["differing_non_near_zero"], inf["max_normalized_error"]) == (0, 0, 0.0)
