@@ -175,22 +175,19 @@ def _amendment_records(root: Path) -> Mapping[str, Mapping[str, Any]] | None:
 
 def _protocol_state(root: Path) -> _ProtocolState:
     where = root.as_posix()
-    module: Any = protocol  # the module, so a test can stand in a protocol of its own (``audit.protocol``)
     chain: list[Finding] = []
     try:
-        history = getattr(module.gate(root), "history", None)
+        history = getattr(protocol.gate(root), "history", None)
         if getattr(history, "status", "verified") != "verified":  # e.g. no git: said, not passed
             chain.append(Finding(NOTICE, where, "amendment history", str(getattr(history, "detail", history))))
     except Int8AlibiError as exc:
         chain.append(Finding(ERROR, where, "amendment chain", str(exc)))
     except OSError as exc:  # e.g. the project root is not a folder git can run in
         chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
-    except AttributeError as exc:
-        chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
     try:
-        return _ProtocolState(module, module.current_pins(root), "", tuple(chain), _amendment_records(root))
-    except (Int8AlibiError, AttributeError, OSError) as exc:
-        return _ProtocolState(module, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
+        return _ProtocolState(protocol, protocol.current_pins(root), "", tuple(chain), _amendment_records(root))
+    except (Int8AlibiError, OSError) as exc:
+        return _ProtocolState(protocol, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
 
 
 def _stage_reads(protocol: Any, stage: str, protocol_root: str) -> set[str] | None:
