@@ -56,6 +56,8 @@ TARGETS: dict[str, Target] = {
                     ("tests/provenance/test_chain.py", "tests/provenance/test_chain_records.py")),
     "manifest": Target("int8alibi/provenance/manifest.py",
                        ("tests/provenance/test_manifest.py", "tests/provenance/test_manifest_keys.py")),
+    "manifest_format": Target("int8alibi/provenance/manifest_format.py",
+                              ("tests/provenance/test_manifest.py", "tests/provenance/test_manifest_keys.py")),
     "audit": Target("int8alibi/provenance/audit.py",
                     ("tests/provenance/test_audit.py", "tests/provenance/test_audit_cases.py")),
     "strict_yaml": Target("int8alibi/strict_yaml.py",

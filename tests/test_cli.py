@@ -33,17 +33,18 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
         raise InputError("config.yaml: no such model")
 
     module.raising = raising
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(cli.COMMANDS, "bench", (f"{module.__name__}:bench", "benchmarks"))
-    monkeypatch.setitem(cli.SUBCOMMANDS, ("bench", "kernels"), f"{module.__name__}:kernels")
-    monkeypatch.setitem(cli.COMMANDS, "conform", (f"{module.__name__}:failing", "conformance"))
-    monkeypatch.setitem(cli.COMMANDS, "amend", (f"{module.__name__}:raising", "amend"))
+    from int8alibi import bench
+
+    monkeypatch.setitem(cli.COMMANDS, "diff", (lambda: module.bench, "diff"))
+    monkeypatch.setitem(bench.BENCHMARKS, "kernels", lambda: module.kernels)
+    monkeypatch.setitem(cli.COMMANDS, "conform", (lambda: module.failing, "conformance"))
+    monkeypatch.setitem(cli.COMMANDS, "amend", (lambda: module.raising, "amend"))
     return calls
 
 
 def test_dispatch_passes_the_remaining_arguments(recorder: list[tuple[str, list[str]]]) -> None:
-    assert cli.main(["bench", "--quick"]) == 0
-    assert cli.main(["bench", "kernels", "--m", "512"]) == 0
+    assert cli.main(["diff", "--quick"]) == 0
+    assert cli.main(["bench", "kernels", "--m", "512"]) == 0  # bench dispatches its own names
     assert cli.main(["conform", "x"]) == 1
     assert recorder == [("bench", ["--quick"]), ("kernels", ["--m", "512"]), ("failing", ["x"])]
 
@@ -53,17 +54,38 @@ def test_command_error_is_one_line_not_a_traceback(recorder: list, capsys: pytes
     assert capsys.readouterr().err == "int8alibi amend: config.yaml: no such model\n"
 
 
-@pytest.mark.parametrize(("target", "message"), [
-    ("int8alibi.no_such_module:main", "module int8alibi.no_such_module cannot be imported"),
-    ("int8alibi.errors:no_such_function", "module int8alibi.errors has no function no_such_function()"),
+def _missing_module():
+    import int8alibi.no_such_module  # type: ignore[import-not-found]  # noqa: F401
+
+
+def _missing_function():
+    from int8alibi.errors import no_such_function  # type: ignore[attr-defined]
+
+    return no_such_function
+
+
+@pytest.mark.parametrize(("loader", "message"), [
+    (_missing_module, "its module cannot be imported (No module named 'int8alibi.no_such_module')"),
+    (_missing_function, "its module cannot be imported (cannot import name 'no_such_function' from 'int8alibi.errors'"),
 ])
 def test_missing_command_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                 target: str, message: str) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "conform", (target, "conformance"))
+                                                 loader, message: str) -> None:
+    monkeypatch.setitem(cli.COMMANDS, "conform", (loader, "conformance"))
     assert cli.main(["conform"]) == cli.UNAVAILABLE
     err = capsys.readouterr().err
     assert err.startswith("int8alibi conform: not available: ") and message in err
     assert "Traceback" not in err
+
+
+def test_a_benchmark_whose_module_is_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from int8alibi import bench
+
+    monkeypatch.setitem(bench.BENCHMARKS, "kernels", _missing_module)
+    assert cli.main(["bench", "kernels"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("int8alibi bench kernels: not available: its module cannot be imported "
+                   "(No module named 'int8alibi.no_such_module')\n")
 
 
 def test_usage_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:

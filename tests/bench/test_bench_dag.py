@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from int8alibi.bench import dag
-from int8alibi.bench.device_memory import PREFIX
+from int8alibi.runtime.device_memory import PREFIX
 from int8alibi.errors import InputError
 from int8alibi.floors import Rates, Workload
 

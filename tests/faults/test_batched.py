@@ -11,7 +11,7 @@ import torch
 from int8alibi.errors import InputError
 from int8alibi.faults import CampaignSettings, run_campaign
 from int8alibi.faults.batched import draw_picks
-from int8alibi.faults.campaign import resolve_engine
+from int8alibi.faults.run import resolve_engine
 from int8alibi.operands import Operands, synthetic_layers
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from int8alibi.config import Config
 from int8alibi.errors import InputError
+from int8alibi.model import package as gguf_package
 from int8alibi.model import sources
 from int8alibi.model.synthetic import build_synthetic
 
@@ -223,7 +224,7 @@ def test_garbage_gguf_file_is_refused_naming_it(tmp_path: Path, monkeypatch):
                         ("empty", b"")):
         gguf = package / "model.gguf"
         gguf.write_bytes(data)
-        sources._gguf_tokenizer.cache_clear()
+        gguf_package._gguf_tokenizer.cache_clear()
         monkeypatch.syspath_prepend(str(tmp_path))
         cfg = {"model": {"source": "gguf-package", "gguf_package": "fake_gguf_pkg"}}
         with pytest.raises(InputError, match=rf"{gguf}: not a loadable GGUF model"):
@@ -270,7 +271,7 @@ def test_sharded_parent_files_the_index_does_not_describe_are_refused(sharded_pa
 
 
 def test_hf_parent_with_a_corrupt_tokenizer_is_refused(tmp_path: Path):
-    tokenizer = sources.gguf_tokenizer()
+    tokenizer = gguf_package.gguf_tokenizer()
     parent = _save(build_synthetic("tiny", 0, vocab_size=len(tokenizer)), tmp_path / "parent")
     tokenizer.save_pretrained(parent)
     sources.load_hf_dir(parent)

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from int8alibi.errors import ProtocolError
-from int8alibi.protocol import amend, gate
-from int8alibi.protocol.amend import main
+from int8alibi.protocol import gate
+from int8alibi.protocol.amend import amend, main
 from int8alibi.protocol.history import check_dates
 from int8alibi.protocol.chain import read_amendments
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 import types
 from pathlib import Path
 
 import pytest
 
-from .provenance_project import PROTOCOL_FILES, build_run, make_protocol_stub
+from .provenance_project import PROTOCOL_FILES, build_run, make_protocol_stub, use_protocol
 
 
 @pytest.fixture
 def protocol_stub(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     stub = make_protocol_stub()
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", stub)
+    use_protocol(monkeypatch, stub)
     return stub
 
 

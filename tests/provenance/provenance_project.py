@@ -1,5 +1,5 @@
 """A throw-away project for provenance tests: protocol files, two stages with manifests, and a
-stand-in for int8alibi.protocol.
+stand-in for int8alibi.protocol (``use_protocol``: where the manifest writer and the audit read it).
 
 The stand-in follows the contract in docs/ARCHITECTURE.md (``current_pins``, ``gate``,
 ``STAGE_FILES``) by hashing the files on disk, so these tests do not depend on the real protocol
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 
 from int8alibi.errors import ProtocolError
+from int8alibi.provenance import audit, manifest
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
 
@@ -49,6 +51,12 @@ def make_protocol_stub(amendment: str = "A-0002", stage_files: dict[str, list[st
     stub.STAGE_FILES = stage_files if stage_files is not None else {
         "alpha": ["preregistration/thresholds.yaml"], "beta": ["preregistration/faults.yaml"]}
     return stub
+
+
+def use_protocol(monkeypatch: pytest.MonkeyPatch, module: types.ModuleType) -> None:
+    """Let the manifest writer and the audit read ``module`` as ``int8alibi.protocol``."""
+    monkeypatch.setattr(manifest, "protocol", module)
+    monkeypatch.setattr(audit, "protocol", module)
 
 
 def build_run(root: Path, seed: int, results: str = "results", layers: tuple[str, ...] = ("q", "k", "v")) -> Path:

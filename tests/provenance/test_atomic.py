@@ -19,7 +19,7 @@ import pytest
 from int8alibi.errors import DiskFullError
 from int8alibi.provenance import atomic, parquet
 from int8alibi.provenance.atomic import sweep_stale, temp_dir, temp_prefix, write_bytes
-from int8alibi.stages import stage_main
+from int8alibi.runtime.runner import stage_main
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.binary(), nullable=False)])

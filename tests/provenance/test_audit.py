@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +17,7 @@ from int8alibi.provenance.audit import (ABSENT, ERROR, NOTICE, Difference, Findi
 from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
-from .provenance_project import TABLE_SCHEMA, build_run, make_protocol_stub
+from .provenance_project import TABLE_SCHEMA, build_run, make_protocol_stub, use_protocol
 
 ALPHA_TABLE = "results/alpha/layers.parquet"
 
@@ -121,14 +120,14 @@ def test_protocol_edit_is_an_error_for_the_stage_that_reads_it(project: Path) ->
 
 def test_broken_chain_is_an_error(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     locked = {"preregistration/faults.yaml": "0" * 64}
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", make_protocol_stub(locked=locked))
+    use_protocol(monkeypatch, make_protocol_stub(locked=locked))
     (finding,) = verify(project / "results")
     assert (finding.level, finding.subject, finding.reason) == (
         ERROR, "amendment chain", "preregistration/faults.yaml: differs from its pin")
 
 
 def test_later_amendment_is_a_notice(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", make_protocol_stub(amendment="A-0003"))
+    use_protocol(monkeypatch, make_protocol_stub(amendment="A-0003"))
     found = verify(project / "results")
     assert [(f.level, f.reason) for f in found] == [
         (NOTICE, "amended since this stage ran (A-0002 -> A-0003)")] * 2
@@ -136,7 +135,16 @@ def test_later_amendment_is_a_notice(project: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_protocol_check_not_possible_is_reported(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", None)
+    """A protocol that cannot be read (here: the gate and the pins fail with an OS error) is an error per
+    manifest and for the chain, never a pass."""
+    unreadable = make_protocol_stub()
+
+    def fails(project_root: Path) -> dict:
+        raise OSError(f"{project_root}: cannot be read")
+
+    unreadable.gate = fails
+    unreadable.current_pins = fails
+    use_protocol(monkeypatch, unreadable)
     found = verify(project / "results")
     assert [(f.level, f.subject) for f in found] == [
         (ERROR, "protocol"), (ERROR, "protocol"), (ERROR, "amendment chain")]
@@ -244,7 +252,6 @@ def test_with_the_real_protocol_module(tmp_path: Path, monkeypatch: pytest.Monke
     repo = Path(__file__).resolve().parents[2]
     if not (repo / "amendments").is_dir():
         pytest.skip("no amendments/ in this checkout")
-    monkeypatch.delitem(sys.modules, "int8alibi.protocol", raising=False)
     for name in ("preregistration", "amendments"):
         shutil.copytree(repo / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)

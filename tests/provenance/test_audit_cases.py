@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +16,7 @@ import pytest
 from int8alibi.provenance.audit import ERROR, NOTICE, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.parquet import write_table
-from .provenance_project import TABLE_SCHEMA, make_protocol_stub
+from .provenance_project import TABLE_SCHEMA, make_protocol_stub, use_protocol
 
 
 def _levels(findings, subject_part: str) -> set[tuple[str, str]]:
@@ -27,15 +26,14 @@ def _levels(findings, subject_part: str) -> set[tuple[str, str]]:
 def test_a_stage_whose_protocol_files_are_unknown_counts_every_file(project: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """alpha is missing from STAGE_FILES: an edit to a file only beta reads is an error for alpha too."""
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol",
-                        make_protocol_stub(stage_files={"beta": ["preregistration/faults.yaml"]}))
+    use_protocol(monkeypatch, make_protocol_stub(stage_files={"beta": ["preregistration/faults.yaml"]}))
     (project / "preregistration" / "faults.yaml").write_text("faults: [F1]\n")
     found = verify(project / "results")
     assert _levels(found, "protocol file preregistration/faults.yaml") == {("alpha", ERROR), ("beta", ERROR)}
     (alpha,) = [f for f in found if Path(f.manifest).parent.name == "alpha" and "faults.yaml" in f.subject]
     assert "protocol files unknown, so all count" in alpha.reason
     # Known, and not read by alpha: a notice for alpha, still an error for beta.
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", make_protocol_stub())
+    use_protocol(monkeypatch, make_protocol_stub())
     found = verify(project / "results")
     assert _levels(found, "protocol file preregistration/faults.yaml") == {("alpha", NOTICE), ("beta", ERROR)}
     (project / "preregistration" / "faults.yaml").unlink()
@@ -77,7 +75,7 @@ def test_a_real_table_change_is_never_explained_as_a_re_encoding(project: Path) 
 def test_two_runs_across_an_amendment_name_the_protocol_as_a_cause(project: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     later = project / "results-later"
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", make_protocol_stub(amendment="A-0003"))
+    use_protocol(monkeypatch, make_protocol_stub(amendment="A-0003"))
     (project / "preregistration" / "thresholds.yaml").write_text("ulp_tolerance: 2\n")
     from .provenance_project import build_run
 

@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 from int8alibi.provenance.audit import verify
-from int8alibi.provenance.manifest import RUN_CONFIG, manifest_digest, write_manifest
+from int8alibi.provenance.manifest import RUN_CONFIG, write_manifest
+from int8alibi.provenance.manifest_format import manifest_digest
 
 
 def errors(results: Path) -> list[str]:

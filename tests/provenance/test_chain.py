@@ -15,7 +15,8 @@ from .provenance_project import build_run
 from int8alibi.errors import Int8AlibiError, ManifestError
 from int8alibi.provenance.audit import ERROR, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.chain import root_digest, stage_manifest_of, verify_input
-from int8alibi.provenance.manifest import load_manifest, manifest_digest, write_manifest
+from int8alibi.provenance.manifest import write_manifest
+from int8alibi.provenance.manifest_format import load_manifest, manifest_digest
 
 
 def flip_byte(path: Path, offset: int = 0) -> None:

@@ -13,7 +13,8 @@ import pytest
 from int8alibi.errors import ManifestError
 from int8alibi.provenance.chain import check_record, root_digest, stage_manifest_of, verify_input
 from int8alibi.provenance.hashing import listing_digest
-from int8alibi.provenance.manifest import MANIFEST_NAME, file_record, manifest_digest, write_manifest
+from int8alibi.provenance.manifest import file_record, write_manifest
+from int8alibi.provenance.manifest_format import MANIFEST_NAME, manifest_digest
 
 
 def _sha(data: bytes) -> str:

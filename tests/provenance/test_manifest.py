@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from .provenance_project import PROTOCOL_FILES
-from int8alibi.errors import ManifestError
+from .provenance_project import PROTOCOL_FILES, make_protocol_stub, use_protocol
+from int8alibi.errors import ManifestError, ProtocolError
 from int8alibi.provenance.hashing import package_digest, sha256_file, sha256_tree
-from int8alibi.provenance.manifest import (FORMAT, load_manifest, manifest_digest, resolve_recorded,
-                                           write_manifest)
+from int8alibi.provenance.manifest import write_manifest
+from int8alibi.provenance.manifest_format import FORMAT, load_manifest, manifest_digest, resolve_recorded
 from int8alibi.provenance.parquet import content_digest, read_arrow, schema_digest
 
 
@@ -114,11 +113,18 @@ def test_manifest_cannot_list_itself_or_repeat_a_file(project: Path) -> None:
                        params={}, device="cpu")
 
 
-def test_protocol_module_missing_fails_closed(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "int8alibi.protocol", None)  # import raises ImportError
+def test_protocol_that_does_not_verify_fails_closed(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol in force cannot be recorded (its gate refuses a file): nothing is written."""
+    refusing = make_protocol_stub()
+
+    def current_pins(project_root: Path) -> dict:
+        raise ProtocolError("preregistration/thresholds.yaml: differs from its pin")
+
+    refusing.current_pins = current_pins
+    use_protocol(monkeypatch, refusing)
     alpha = project / "results" / "alpha"
     before = (alpha / "manifest.json").read_bytes()
-    with pytest.raises(ManifestError, match="cannot record the protocol in force"):
+    with pytest.raises(ProtocolError, match="differs from its pin"):
         write_manifest(alpha, stage="alpha", outputs=[alpha / "note.txt"], inputs=[], params={}, device="cpu")
     assert (alpha / "manifest.json").read_bytes() == before
 

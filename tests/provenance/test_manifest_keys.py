@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from int8alibi.errors import ManifestError
-from int8alibi.provenance.manifest import load_manifest, manifest_digest, write_manifest
+from int8alibi.provenance.manifest import write_manifest
+from int8alibi.provenance.manifest_format import load_manifest, manifest_digest
 
 # Every key of an int8alibi-manifest/2 file; the digest covers all but itself and the timestamp.
 KEYS = ("format", "stage", "stage_dir", "outputs", "inputs", "params", "protocol", "code", "environment", "arms",

@@ -81,7 +81,7 @@ def test_every_chart_has_labelled_axes_and_the_appendix_is_linked(tmp_path: Path
 
 def test_rerunning_the_stage_gives_the_same_manifest_digest_and_root_digest(tmp_path: Path, monkeypatch) -> None:
     from int8alibi.provenance.chain import root_digest
-    from int8alibi.provenance.manifest import load_manifest
+    from int8alibi.provenance.manifest_format import load_manifest
 
     monkeypatch.chdir(ROOT)
     results = _results(tmp_path)

@@ -21,11 +21,13 @@ from int8alibi.operands import load_operands, operand_digest
 from int8alibi.prompts import capture_sizes, decode_prompt, prefill_tile, token_digest
 from int8alibi.protocol import load
 from int8alibi.provenance.hashing import sha256_file
-from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.stages import capture
 from int8alibi.stages import model as model_stage
 from int8alibi.stages import requant as requant_stage
+from int8alibi import capture_index
+from int8alibi.quant import gate as requant_gate
 
 PROJECT = Path(__file__).resolve().parents[2]
 ANALYSIS = load(PROJECT / "preregistration").analysis
@@ -64,8 +66,8 @@ def two_runs(requant: tuple[Config, Path]) -> tuple[Path, Path]:
 
 def test_two_runs_give_identical_operands(two_runs: tuple[Path, Path]) -> None:
     first, second = two_runs
-    index_a = read_table(first / "index.parquet", capture.INDEX_SCHEMA)
-    index_b = read_table(second / "index.parquet", capture.INDEX_SCHEMA)
+    index_a = read_table(first / "index.parquet", capture_index.INDEX_SCHEMA)
+    index_b = read_table(second / "index.parquet", capture_index.INDEX_SCHEMA)
     assert index_a.equals(index_b)  # every layer's operand digest, shapes and token digest
     assert sha256_file(first / "index.parquet") == sha256_file(second / "index.parquet")
     for rel, rows in index_a.groupby("file"):  # and the files hold exactly those operands
@@ -78,7 +80,7 @@ def test_index_lists_every_layer_of_both_checkpoints_and_phases(requant: tuple[C
                                                                 two_runs: tuple[Path, Path]) -> None:
     cfg, _ = requant
     out = two_runs[0]
-    index = read_table(out / "index.parquet", capture.INDEX_SCHEMA)
+    index = read_table(out / "index.parquet", capture_index.INDEX_SCHEMA)
     model, tokenizer, _ = load_source(cfg)
     refs = quantized_linears(model)
     sizes = capture_sizes(ANALYSIS, "tiny")
@@ -86,8 +88,8 @@ def test_index_lists_every_layer_of_both_checkpoints_and_phases(requant: tuple[C
     for (checkpoint, phase), group in index.groupby(["checkpoint", "phase"]):
         assert sorted(group["layer"]) == sorted(r.name for r in refs)
         assert set(group["m"]) == {sizes.prefill_tokens if phase == "prefill" else 1}
-        assert set(group["file"]) == {capture.operand_file(checkpoint, phase)}
-        for entry, op in capture.iter_index_operands(out / "index.parquet", checkpoint, phase):
+        assert set(group["file"]) == {capture_index.operand_file(checkpoint, phase)}
+        for entry, op in capture_index.iter_index_operands(out / "index.parquet", checkpoint, phase):
             module = model.get_submodule(entry.layer)
             assert (op.k, op.n) == (module.in_features, module.out_features)
             assert operand_digest(op) == entry.operand_digest
@@ -102,15 +104,15 @@ def test_captured_operands_are_what_the_kernel_sees(requant: tuple[Config, Path]
     own = quantize_linears(model, "none")
     pow2 = quantize_linears(model, "nearest")
     for checkpoint, weights in (("own", own), ("pow2-nearest", pow2)):
-        for op in load_operands(out / capture.operand_file(checkpoint, "prefill")):
+        for op in load_operands(out / capture_index.operand_file(checkpoint, "prefill")):
             w_q, s_w = weights[op.layer]
             assert torch.equal(op.w_q, w_q) and torch.equal(op.s_w, s_w.float().flatten())
             assert op.s_a.dtype == torch.float32 and bool((op.a_q.abs() <= 127).all())
     # the first layer's input is the embedding of the prefill tokens, normalised: its operands do
     # not depend on the checkpoint, deeper layers' do
     first = "model.layers.0.self_attn.q_proj"
-    a = {op.layer: op for op in load_operands(out / capture.operand_file("own", "prefill"))}
-    b = {op.layer: op for op in load_operands(out / capture.operand_file("pow2-nearest", "prefill"))}
+    a = {op.layer: op for op in load_operands(out / capture_index.operand_file("own", "prefill"))}
+    b = {op.layer: op for op in load_operands(out / capture_index.operand_file("pow2-nearest", "prefill"))}
     assert torch.equal(a[first].a_q, b[first].a_q) and torch.equal(a[first].s_a, b[first].s_a)
     assert not all(torch.equal(a[n].a_q, b[n].a_q) for n in a)
 
@@ -122,7 +124,7 @@ def test_manifest_records_tokens_arm_and_generated_step(requant: tuple[Config, P
     _, tokenizer, _ = load_source(cfg)
     prompt = decode_prompt(tokenizer, ANALYSIS)
     assert manifest["params"]["capture_arm"] == "exact-cutlass-order"
-    assert manifest["extra"]["gate"] == {name: [requant_stage.GATE_SELF_BUILT] for name in capture.CHECKPOINTS}
+    assert manifest["extra"]["gate"] == {name: [requant_gate.GATE_SELF_BUILT] for name in capture.CHECKPOINTS}
     assert manifest["arms"][0]["arm"] == "exact-cutlass-order" and manifest["arms"][0]["is_emulation"] is True
     assert manifest["extra"]["decode_prompt"]["sha256"] == prompt.sha256
     assert prompt.token_ids.tolist() == encode(tokenizer, ANALYSIS["prompts"][0])
@@ -130,7 +132,7 @@ def test_manifest_records_tokens_arm_and_generated_step(requant: tuple[Config, P
         generated = manifest["extra"]["generated"][checkpoint]
         sequence = torch.cat([prompt.token_ids, torch.tensor([generated["token_id"]])])
         assert generated["sequence_sha256"] == token_digest(sequence)
-    index = read_table(two_runs[0] / "index.parquet", capture.INDEX_SCHEMA)
+    index = read_table(two_runs[0] / "index.parquet", capture_index.INDEX_SCHEMA)
     decode = index[(index.phase == "decode") & (index.checkpoint == "own")]
     assert set(decode["tokens_sha256"]) == {manifest["extra"]["generated"]["own"]["sequence_sha256"]}
 
@@ -158,23 +160,23 @@ def test_size_profile_rules() -> None:
 
 def test_tampered_operand_file_is_refused(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     out = two_runs[1]
-    index = read_table(out / "index.parquet", capture.INDEX_SCHEMA)
+    index = read_table(out / "index.parquet", capture_index.INDEX_SCHEMA)
     index.loc[0, "operand_digest"] = "0" * 64
     tampered = tmp_path / "index.parquet"
-    write_table(index, tampered, capture.INDEX_SCHEMA, capture.INDEX_KEY)
+    write_table(index, tampered, capture_index.INDEX_SCHEMA, capture_index.INDEX_KEY)
     (tmp_path / "operands").symlink_to(out / "operands")
     row = index.loc[0]
     with pytest.raises(InputError, match="operand digest"):
-        list(capture.iter_index_operands(tampered, row.checkpoint, row.phase))
+        list(capture_index.iter_index_operands(tampered, row.checkpoint, row.phase))
 
 
 def test_gate_table_must_cover_the_captured_checkpoints(requant: tuple[Config, Path], tmp_path: Path) -> None:
     _, gate = requant
-    table = read_table(gate, requant_stage.GATE_SCHEMA)
+    table = read_table(gate, requant_gate.GATE_SCHEMA)
     partial = table[table.arm != "pow2-nearest"].reset_index(drop=True)
     for column in ("bytes_equal", "differing_int8", "differing_scales", "clipped", "f32_division_differing"):
         partial[column] = partial[column].astype({"bytes_equal": "boolean"}.get(column, "Int64"))
-    write_table(partial, tmp_path / "gate.parquet", requant_stage.GATE_SCHEMA, requant_stage.GATE_KEY)
+    write_table(partial, tmp_path / "gate.parquet", requant_gate.GATE_SCHEMA, requant_gate.GATE_KEY)
     with pytest.raises(InputError, match="pow2-nearest"):
         capture.passed_gate(tmp_path / "gate.parquet")
 

@@ -12,7 +12,6 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 import yaml
@@ -20,10 +19,11 @@ import yaml
 from int8alibi.config import Config, load_config
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.operands import ModelShapes, Operands, synthetic_layers
-from int8alibi.protocol import amend
-from int8alibi.provenance.manifest import load_manifest
+from int8alibi.protocol.amend import amend
+from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
-from int8alibi.stages import capture, compare, prediction
+from int8alibi import bitwise_prediction, capture_index, layer_comparison
+from int8alibi.stages import compare, prediction
 
 PROJECT = Path(__file__).resolve().parents[2]
 SHAPES = ModelShapes(2, (("self_attn", "q_proj", 64, 48), ("mlp", "down_proj", 96, 64)))
@@ -39,7 +39,7 @@ def overflow_layer(m: int) -> Operands:
 
 
 def with_pow2_weight_scales(op: Operands) -> Operands:
-    return replace(op, s_w=prediction.snap_scales(op.s_w, name="s_w"))
+    return replace(op, s_w=bitwise_prediction.snap_scales(op.s_w, name="s_w"))
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def captured(project: Path) -> tuple[Path, Path]:
         pow2 = [with_pow2_weight_scales(op) for op in synthetic_layers(SHAPES, m=m, seed=4)]
         data[("own", phase)] = (own, f"tokens-{phase}")
         data[("pow2-nearest", phase)] = (pow2 + [overflow_layer(m)], f"tokens-{phase}")
-    index = capture.write_capture(results / "capture", data)
+    index = capture_index.write_capture(results / "capture", data)
     prediction.run(make_config(project), results / "prediction", index=index, project_root=project)
     return index, results / "prediction" / "predictions.parquet"
 
@@ -94,8 +94,8 @@ def test_refuses_unpinned_predictions_and_says_how_to_pin(project: Path, capture
 
 def test_exploratory_run_is_flagged_in_tables_and_manifest(project: Path, captured: tuple[Path, Path]) -> None:
     out = run_compare(project, *captured, exploratory=True)
-    layers = read_table(out / "layers.parquet", compare.LAYERS_SCHEMA)
-    summary = read_table(out / "summary.parquet", compare.SUMMARY_SCHEMA)
+    layers = read_table(out / "layers.parquet", layer_comparison.LAYERS_SCHEMA)
+    summary = read_table(out / "summary.parquet", layer_comparison.SUMMARY_SCHEMA)
     manifest = load_manifest(out / "manifest.json")
     assert layers["exploratory"].all() and summary["exploratory"].all()
     assert manifest["exploratory"] is True
@@ -108,15 +108,15 @@ def test_pinned_run_compares_every_layer_in_three_settings(project: Path, captur
     amend(project, "Pin the prediction list", "compare may read it only once pinned", ["compare"], "pre-data",
           pins={"predictions": predictions})
     out = run_compare(project, index, predictions)
-    layers = read_table(out / "layers.parquet", compare.LAYERS_SCHEMA)
-    summary = read_table(out / "summary.parquet", compare.SUMMARY_SCHEMA)
+    layers = read_table(out / "layers.parquet", layer_comparison.LAYERS_SCHEMA)
+    summary = read_table(out / "summary.parquet", layer_comparison.SUMMARY_SCHEMA)
     manifest = load_manifest(out / "manifest.json")
 
     assert not layers["exploratory"].any() and manifest["exploratory"] is False
     assert manifest["extra"]["prediction_pin"]["pinned"] == manifest["extra"]["prediction_pin"]["digest"]
     assert [arm["arm"] for arm in manifest["arms"]] == EXACT_PAIR
     assert manifest["extra"]["selection"]["chosen"] == EXACT_PAIR
-    index_rows = read_table(index, capture.INDEX_SCHEMA)
+    index_rows = read_table(index, capture_index.INDEX_SCHEMA)
     own_rows = int((index_rows.checkpoint == "own").sum())
     assert layers.groupby("setting").size().to_dict() == {
         "real": own_rows, "pow2-snapped": own_rows, "pow2-requant": len(index_rows) - own_rows}
@@ -145,9 +145,9 @@ def test_refuses_predictions_changed_after_the_pin(project: Path, captured: tupl
     index, predictions = captured
     amend(project, "Pin the prediction list", "compare may read it only once pinned", ["compare"], "pre-data",
           pins={"predictions": predictions})
-    table = read_table(predictions, prediction.PREDICTION_SCHEMA)
+    table = read_table(predictions, bitwise_prediction.PREDICTION_SCHEMA)
     table.loc[0, "predicted_bitwise_pow2"] = not table.loc[0, "predicted_bitwise_pow2"]
-    write_table(table, predictions, prediction.PREDICTION_SCHEMA, prediction.PREDICTION_KEY)
+    write_table(table, predictions, bitwise_prediction.PREDICTION_SCHEMA, bitwise_prediction.PREDICTION_KEY)
     with pytest.raises(ProtocolError, match="differs") as err:
         run_compare(project, index, predictions)
     assert "recorded environments are identical" in str(err.value) and "Two ways forward" in str(err.value)
@@ -167,9 +167,9 @@ def test_a_pin_mismatch_names_the_environment_facts_that_differ(project: Path, c
     data["environment"]["cpu"]["cpu_capability_effective"] = "AVX512"
     data["environment"]["cpu"]["cpu_model"] = "Another CPU"
     manifest.write_text(json.dumps(data))
-    table = read_table(predictions, prediction.PREDICTION_SCHEMA)
+    table = read_table(predictions, bitwise_prediction.PREDICTION_SCHEMA)
     table.loc[0, "max_abs_acc"] += 1
-    write_table(table, predictions, prediction.PREDICTION_SCHEMA, prediction.PREDICTION_KEY)
+    write_table(table, predictions, bitwise_prediction.PREDICTION_SCHEMA, bitwise_prediction.PREDICTION_KEY)
     with pytest.raises(ProtocolError) as err:
         run_compare(project, index, predictions)
     message = str(err.value)
@@ -179,63 +179,8 @@ def test_a_pin_mismatch_names_the_environment_facts_that_differ(project: Path, c
 
 def test_refuses_predictions_made_on_other_operands(project: Path, captured: tuple[Path, Path]) -> None:
     index, predictions = captured
-    other = {(c, p): ([replace(op, s_a=op.s_a * 2) for _, op in capture.iter_index_operands(index, c, p)], "t")
+    other = {(c, p): ([replace(op, s_a=op.s_a * 2) for _, op in capture_index.iter_index_operands(index, c, p)], "t")
              for c in ("own", "pow2-nearest") for p in ("prefill", "decode")}
-    other_index = capture.write_capture(project / "results" / "capture-other", other)
+    other_index = capture_index.write_capture(project / "results" / "capture-other", other)
     with pytest.raises(InputError, match="was made on operands"):
         run_compare(project, other_index, predictions, exploratory=True)
-
-
-def test_synthetic_shapes_entry_point_on_cpu(project: Path) -> None:
-    out = project / "results" / "compare-synthetic"
-    summary = compare.compare_synthetic(SHAPES, 8, EXACT_PAIR, out, device="cpu", project_root=project)
-    layers = read_table(out / "layers.parquet", compare.LAYERS_SCHEMA)
-    assert set(zip(summary.setting, summary.phase)) == {
-        (s, p) for s in ("real", "pow2-snapped") for p in ("prefill", "decode")}
-    assert (summary["layers"] == len(SHAPES.layers())).all()
-    assert layers["exploratory"].all() and load_manifest(out / "manifest.json")["exploratory"] is True
-    pow2 = layers[layers.setting == "pow2-snapped"]
-    assert pow2["predicted_bitwise"].all() and (pow2["differing"] == 0).all()
-    assert pd.Series(layers["m"]).isin([8, 1]).all()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (cublaslt and triton arms)")
-def test_synthetic_qwen3_shapes_on_gpu_with_cublaslt_and_triton(project: Path) -> None:
-    out = project / "results" / "compare-gpu"
-    summary = compare.compare_synthetic("qwen3-1.7b", 512, ["cublaslt", "triton"], out, device="cuda",
-                                        blocks=2, project_root=project)
-    assert (summary["layers"] == 14).all()
-    assert (summary["prediction_failed"] == 0).all()
-    assert (summary.loc[summary.setting == "pow2-snapped", "layers_differing"] == 0).all()
-    real = summary[summary.setting == "real"]
-    assert (real["max_ulp"].fillna(0) <= 1).all()
-
-
-def _bf16(values: list[float]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
-
-
-def test_layer_errors_normalize_by_the_reference_rms_and_split_near_zero() -> None:
-    # a = [3, 4, 0, 0.01]: RMS over finite a = sqrt((9 + 16 + 0 + 1e-4) / 4); near zero below 1% of it
-    a = _bf16([3.0, 4.0, 0.0, 0.01])
-    b = _bf16([3.0, 4.03125, -0.0, 0.02])  # 4 -> next bf16 value up; +0 vs -0 differs in its bits
-    got = compare.layer_errors(a, b, 0.01)
-    rms = float(torch.sqrt(torch.mean(a.double() ** 2)))
-    assert got["reference_rms"] == pytest.approx(rms)
-    assert got["near_zero_elements"] == 2                       # a = 0 and |0.01| < 0.01 * 2.5
-    assert (got["differing_near_zero"], got["differing_non_near_zero"]) == (2, 1)
-    diff = (a.double() - b.double()).abs() / rms
-    assert got["max_normalized_error"] == pytest.approx(float(diff.max()))
-    assert got["rms_normalized_error"] == pytest.approx(float(torch.sqrt(torch.mean(diff ** 2))))
-
-
-def test_layer_errors_leave_nothing_to_normalize_by_as_null() -> None:
-    zero = compare.layer_errors(_bf16([0.0, 0.0]), _bf16([0.0, 1.0]), 0.01)
-    assert zero["reference_rms"] == 0.0 and zero["max_normalized_error"] is None
-    assert (zero["near_zero_elements"], zero["differing_near_zero"]) == (2, 1)
-    nan = compare.layer_errors(_bf16([float("nan")]), _bf16([1.0]), 0.01)
-    assert nan["reference_rms"] is None and nan["max_normalized_error"] is None and nan["near_zero_elements"] == 0
-    # a non-finite pair enters neither side of the split nor the errors
-    inf = compare.layer_errors(_bf16([2.0, 2.0]), _bf16([2.0, float("inf")]), 0.01)
-    assert (inf["differing_near_zero"], inf["differing_non_near_zero"], inf["max_normalized_error"]) == (0, 0, 0.0)

@@ -21,10 +21,10 @@ from int8alibi.engines.identity import Identity, read_identity, write_identity
 from int8alibi.errors import InputError
 from int8alibi.kernels.registry import get
 from int8alibi.protocol import load
-from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.stages.determinism import agreement, read_artifact, run as determinism
-from int8alibi.stages.generate import CHECKPOINTS, TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
+from int8alibi.engines.generation import CHECKPOINTS, TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["exact-cutlass-order", "exact-triton-order"]
@@ -158,7 +158,7 @@ def test_token_ids_that_do_not_match_their_digest_or_format_are_refused(tmp_path
 
 GENERATE_IN_ONE_PROCESS = """
 import sys
-from int8alibi.stages import stage_main
+from int8alibi.runtime.runner import stage_main
 from int8alibi.stages.generate import run
 config, results, k = sys.argv[1:4]
 for arm in sys.argv[4:]:

@@ -17,7 +17,7 @@ from int8alibi.errors import ProtocolError
 from int8alibi.model.sources import load_parent
 from int8alibi.protocol import load
 from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
-from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
 from int8alibi.stages.perplexity import ARMS, _gate, analyse
 from int8alibi.stages.perplexity import run as perplexity_stage

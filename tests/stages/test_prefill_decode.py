@@ -10,9 +10,9 @@ import pytest
 
 from int8alibi.config import Config
 from int8alibi.protocol import load
-from int8alibi.provenance.manifest import load_manifest
+from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.stages.generate import CHECKPOINTS
+from int8alibi.engines.generation import CHECKPOINTS
 from int8alibi.stages.prefill_decode import (
     DIVERGENCE_SCHEMA,
     SUMMARY_SCHEMA,

@@ -26,6 +26,7 @@ from int8alibi.provenance.manifest import write_manifest
 from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import reference, requant
 from int8alibi.workflow_support import LLMCOMPRESSOR_VENV
+from int8alibi.quant import gate as requant_gate
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_PYTHON = ROOT / LLMCOMPRESSOR_VENV / "bin" / "python"
@@ -87,7 +88,7 @@ def test_gate_passes_against_llm_compressors_checkpoint(made, tmp_path: Path):
     requant.run(made["cfg"], out, parent=made["parent"], reference=manifest, protocol=ROOT / "preregistration")
     table = pd.read_parquet(out / "gate.parquet")
     own = table[table.arm == "own"]
-    assert set(table.gate) == {requant.GATE_PASSED_TOOL} and len(own) == 14 and own.bytes_equal.all()
+    assert set(table.gate) == {requant_gate.GATE_PASSED_TOOL} and len(own) == 14 and own.bytes_equal.all()
     assert own.reference.str.startswith("llm-compressor 0.14.0.1 (compressed-tensors 0.19.0").all()
     extra = json.loads((out / "manifest.json").read_text())["extra"]
     assert extra["reference"]["kind"] == "llm-compressor" and extra["reference"]["tool"]["versions"]["llmcompressor"]

@@ -18,6 +18,7 @@ from int8alibi.config import Config
 from int8alibi.errors import GateError, InputError, ProtocolError
 from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import requant
+from int8alibi.quant import gate as requant_gate
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "llmcompressor"
@@ -50,14 +51,14 @@ def passed(tmp_path_factory) -> Path:
 
 def test_gate_passes_on_llm_compressor_checkpoint(passed: Path):
     table = pd.read_parquet(passed / "gate.parquet")
-    assert len(table) == 14 * 4 and set(table.arm) == set(requant.ARMS)
+    assert len(table) == 14 * 4 and set(table.arm) == set(requant_gate.CHECKPOINT_NAMES)
     own = table[table.arm == "own"]
     label = requant.committed_reference(FIXTURE / "quantized").label
     assert label.startswith(f"committed {FIXTURE / 'quantized'} (files sha256 ")
     assert own.bytes_equal.all() and (own.reference == label).all() and (own.differing_int8 == 0).all()
-    assert set(table.gate) == {requant.GATE_PASSED}
+    assert set(table.gate) == {requant_gate.GATE_PASSED}
     manifest = json.loads((passed / "manifest.json").read_text())
-    assert manifest["extra"]["gate"] == requant.GATE_PASSED and manifest["params"]["division"] == "bf16"
+    assert manifest["extra"]["gate"] == requant_gate.GATE_PASSED and manifest["params"]["division"] == "bf16"
     assert manifest["extra"]["reference"]["kind"] == "committed"
     assert label.endswith(f"(files sha256 {manifest['extra']['reference']['sha256'][:16]})")
     committed = load_checkpoint(FIXTURE / "quantized")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.stages.generate import CHECKPOINTS, RUNS
+from int8alibi.engines.generation import CHECKPOINTS, RUNS
 
 from . import slurm_cluster
 from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project

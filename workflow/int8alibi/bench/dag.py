@@ -4,7 +4,7 @@ memory, and its floor (``int8alibi.floors``) with the ratio seconds / floor.
 Seconds and peak host memory (``max_rss``) come from the benchmark files Snakemake writes for
 every job (``benchmarks/<name>/<stage>.tsv``, one file per job for generate and fault shards: their
 seconds are summed, their memory maximised); device memory from the line stages log at their end
-(``bench.device_memory``). The parent's shape is read from the run's saved parent (its
+(``runtime.device_memory``). The parent's shape is read from the run's saved parent (its
 config.json), the size profile and device from the run config, the sizes from the protocol. Rates
 default to the H200 for a CUDA run and to a 2-core CPU otherwise; each can be given.
 """
@@ -22,7 +22,7 @@ from ..config import current_run_config, read_run_config
 from ..errors import InputError
 from ..floors import RATES, Rates, Work, Workload, stage_work
 from ..model.size import ModelSize, model_size, read_hf_config
-from .device_memory import peak_reserved_bytes
+from ..runtime.device_memory import peak_reserved_bytes
 
 MIB = 1 << 20
 SHARDED = {"faults": "faults"}  # a folder of per-job files that belong to one stage (generate/ too)

@@ -32,7 +32,7 @@ from ..arith import exact_accumulator
 from ..device import describe, resolve_device
 from ..errors import InputError, Int8AlibiError
 from ..faults import CELLS_PER_LAYER, CampaignSettings, run_campaign
-from ..faults.campaign import ENGINES, resolve_engine
+from ..faults.run import ENGINES, resolve_engine
 from ..operands import QWEN3_SHAPES, Operands, synthetic_layer
 from ..provenance.parquet import write_table
 from ..scoring import CELLS_KEY, CELLS_SCHEMA

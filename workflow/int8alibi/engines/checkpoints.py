@@ -12,8 +12,7 @@ from typing import Any
 
 from ..errors import GateError, InputError
 from ..provenance.parquet import read_table
-from ..stages.requant import ARMS as CHECKPOINT_NAMES
-from ..stages.requant import CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
+from ..quant.gate import CHECKPOINT_NAMES, CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
 
 
 def gate_verdict(gate: Path) -> str:

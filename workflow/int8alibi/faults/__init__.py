@@ -4,7 +4,8 @@
 cells x 7 checks of one layer and ``run_campaign`` streams layers through it.
 """
 
-from .campaign import CELLS_PER_LAYER, CampaignSettings, run_campaign, run_layer
+from .campaign import CELLS_PER_LAYER, CampaignSettings
+from .run import run_campaign, run_layer
 from .pipeline import reference
 
 __all__ = ["CELLS_PER_LAYER", "CampaignSettings", "reference", "run_campaign", "run_layer"]

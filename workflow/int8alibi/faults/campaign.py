@@ -22,14 +22,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from ..arith import exact_accumulator, wrap_int32
@@ -38,10 +36,9 @@ from ..checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, Ou
                       ordered_positions)
 from ..errors import InputError, ProtocolError
 from ..operands import Operands
-from ..progress import Progress
 from . import catalogue as cat
 from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
-from .rows import CellColumns, check_layer, frame, strings
+from .rows import CellColumns, check_layer, strings
 
 SEVERITIES = ("one", "pct", "all")
 EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
@@ -51,8 +48,6 @@ FAULT_SEVERITIES: dict[str, tuple[str, ...]] = {
     "F6": ("all",), "F7": ("all",), "F8": ("all",), "F9": SEVERITIES,
 }
 CELLS_PER_LAYER = sum(len(s) for s in FAULT_SEVERITIES.values()) * len(REGIMES)
-Engine = Literal["auto", "cells", "batched"]
-ENGINES: tuple[Engine, ...] = ("auto", "cells", "batched")
 
 
 @dataclass(frozen=True)
@@ -377,45 +372,3 @@ def run_layer_cells(op: Operands, settings: CampaignSettings, device: torch.devi
     return layer_cells(op, _LayerRun(op, settings, torch.device(device)).cells())
 
 
-def run_layer(op: Operands, settings: CampaignSettings, device: torch.device | str = "cpu",
-              engine: Engine = "auto") -> pd.DataFrame:
-    """All cells x checks of one layer, one row each (``CELLS_PER_LAYER * 7`` rows), unscored.
-
-    Columns: layer, block, proj, fault, severity, regime, check, changed_elements, observable,
-    max_ulp (None when no finite pair), nonfinite, k_effective, tile_repeats, f7_boost,
-    applicable, fired (None when not applicable), reason. ``engine`` as in ``run_campaign``.
-    """
-    return run_campaign([op], settings, device, progress=False, engine=engine)
-
-
-def resolve_engine(engine: Engine, device: torch.device) -> Engine:
-    """``auto``: the batched engine on a GPU (where per-cell synchronisation idles it), the per-cell
-    engine on the CPU (where it is the faster of the two, needing no stacked outputs)."""
-    if engine not in ENGINES:
-        raise InputError(f"fault campaign: unknown engine {engine!r} (expected one of {', '.join(ENGINES)})")
-    if engine == "auto":
-        return "batched" if device.type == "cuda" else "cells"
-    return engine
-
-
-def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device | str = "cpu",
-                 *, total: int | None = None, progress: bool = True, engine: Engine = "auto") -> pd.DataFrame:
-    """Stream ``layers`` through the engine (few layers' tensors alive at a time); progress on stderr.
-
-    ``cells`` computes a layer cell by cell; ``batched`` (``faults.batched``) all cells of a layer
-    at once on the device, reading back once per layer. Both give the same rows, bit for bit.
-    """
-    device = torch.device(device)
-    chosen = resolve_engine(engine, device)
-    items = Progress(layers, total=total, desc="faults", unit="layer", disable=not progress)
-    if chosen == "batched":
-        from .batched import run_layers
-
-        workers = min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else 0
-        per_layer: Iterable[CellColumns] = run_layers(items, settings, device, workers)
-    else:
-        per_layer = (run_layer_cells(op, settings, device) for op in items)
-    parts = list(per_layer)
-    if not parts:
-        raise InputError("fault campaign: no layers to run")
-    return frame(CellColumns.concat(parts), settings.thresholds)

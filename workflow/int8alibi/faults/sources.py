@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..operands import Operands, load_operands
-from ..stages.capture import index_inputs, iter_index_operands, read_index
+from ..capture_index import index_inputs, iter_index_operands, read_index
 
 CHECKPOINT = "own"
 PHASE = "prefill"

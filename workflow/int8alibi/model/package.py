@@ -1,13 +1,16 @@
-"""Where the GGUF file of a model package lies, found without importing the package or torch.
+"""The GGUF file of a model package: where it lies, found without importing the package or torch,
+and the tokenizer it stores (transformers is imported only when that is asked for).
 
-Planning reads it too (the model's source digest, ``workflow_support.source_files``), in an
-environment that may hold only Snakemake and the parse-time packages (envs/plan.txt).
+Planning reads the file's place too (the model's source digest, ``workflow_support.source_files``),
+in an environment that may hold only Snakemake and the parse-time packages (envs/plan.txt).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 
@@ -27,3 +30,16 @@ def gguf_package_file(package: str = DEFAULT_GGUF_PACKAGE) -> Path:
     if len(found) != 1:
         raise InputError(f"{directory}: expected exactly one .gguf file in package {package!r}, found {len(found)}")
     return found[0]
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    gguf = Path(path)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def gguf_tokenizer(package: str = DEFAULT_GGUF_PACKAGE) -> Any:
+    """The tokenizer stored in the package's GGUF file (loaded once per process)."""
+    return _gguf_tokenizer(str(gguf_package_file(package)))

@@ -17,7 +17,6 @@ and the config, instead of dequantizing again.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from ..provenance.chain import verify_input
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
 from ..provenance.parquet import read_table
 from .layers import quantized_linears
-from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file
+from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file, gguf_tokenizer
 from .portable import make_portable
 
 PARENT_DIR = "parent"
@@ -95,19 +94,6 @@ def describe_source(cfg: Config | Mapping[str, Any]) -> tuple[str, str]:
         options = model.get("synthetic") or {}
         return source, f"synthetic:{options.get('preset', 'tiny')}:seed={int(options.get('seed', 0))}"
     raise InputError(f"config model.source {source!r}: expected hf, gguf-package or synthetic")
-
-
-@functools.lru_cache(maxsize=4)
-def _gguf_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    gguf = Path(path)
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-
-
-def gguf_tokenizer(package: str = DEFAULT_GGUF_PACKAGE) -> Any:
-    """The tokenizer stored in the package's GGUF file (loaded once per process)."""
-    return _gguf_tokenizer(str(gguf_package_file(package)))
 
 
 def tensors_digest(model: torch.nn.Module) -> str:

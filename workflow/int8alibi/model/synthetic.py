@@ -109,7 +109,7 @@ def preset_tokenizer(name: str, gguf_package: str | None = None) -> Any:
         from .byte_tokenizer import byte_tokenizer
 
         return byte_tokenizer()
-    from .sources import DEFAULT_GGUF_PACKAGE, gguf_tokenizer
+    from .package import DEFAULT_GGUF_PACKAGE, gguf_tokenizer
 
     return gguf_tokenizer(gguf_package or DEFAULT_GGUF_PACKAGE)
 

@@ -1,6 +1,9 @@
-"""The protocol as data: pinned files, prediction matrices, amendments and the fail-closed gate."""
+"""The protocol as data: pinned files, prediction matrices, amendments and the fail-closed gate.
 
-from .amend import amend
+Appending an amendment (``protocol.amend``, the ``int8alibi amend`` command) reads stage manifests
+to vouch for data pins, so it sits above ``provenance`` and is imported from its own module only.
+"""
+
 from .chain import Amendment
 from .gate import GateReport, current_pins, gate, pinned_data_digest, verify_data_pin
 from .history import History
@@ -14,7 +17,6 @@ __all__ = [
     "PROTOCOL_FILES",
     "Protocol",
     "STAGE_FILES",
-    "amend",
     "current_pins",
     "data_digest",
     "gate",

@@ -9,7 +9,6 @@ recorded causes (params, inputs, protocol, code, environment) accompany a change
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -18,12 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import protocol
+from ..protocol.chain import read_amendments
 from ..errors import Int8AlibiError, ManifestError
 from ..printable import json_text, printable
 from .chain import check_record, missing_links, root_digest, upstream_links
 from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
-from .manifest import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
-                       resolve_recorded)
+from .manifest_format import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
+                              resolve_recorded)
 from .parquet import content_digest, read_arrow
 from .transaction import SUFFIX as SNAPSHOT_SUFFIX
 
@@ -167,35 +168,26 @@ class _ProtocolState:
 def _amendment_records(root: Path) -> Mapping[str, Mapping[str, Any]] | None:
     """Every amendment record as the checkout holds it now, by id; None when they cannot be read."""
     try:
-        chain = importlib.import_module("int8alibi.protocol.chain")
-        return {a.id: a.data for a in chain.read_amendments(root)}
-    except (ImportError, AttributeError, Int8AlibiError):
+        return {a.id: a.data for a in read_amendments(root)}
+    except Int8AlibiError:
         return None
 
 
 def _protocol_state(root: Path) -> _ProtocolState:
     where = root.as_posix()
-    try:
-        module = importlib.import_module("int8alibi.protocol")
-    except ImportError as exc:
-        why = f"int8alibi.protocol is unavailable ({exc})"
-        unchecked = Finding(ERROR, where, "amendment chain", f"chain check not possible: {why}")
-        return _ProtocolState(None, None, why, (unchecked,))
     chain: list[Finding] = []
     try:
-        history = getattr(module.gate(root), "history", None)
+        history = getattr(protocol.gate(root), "history", None)
         if getattr(history, "status", "verified") != "verified":  # e.g. no git: said, not passed
             chain.append(Finding(NOTICE, where, "amendment history", str(getattr(history, "detail", history))))
     except Int8AlibiError as exc:
         chain.append(Finding(ERROR, where, "amendment chain", str(exc)))
     except OSError as exc:  # e.g. the project root is not a folder git can run in
         chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
-    except AttributeError as exc:
-        chain.append(Finding(ERROR, where, "amendment chain", f"chain check not possible: {exc}"))
     try:
-        return _ProtocolState(module, module.current_pins(root), "", tuple(chain), _amendment_records(root))
-    except (Int8AlibiError, AttributeError, OSError) as exc:
-        return _ProtocolState(module, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
+        return _ProtocolState(protocol, protocol.current_pins(root), "", tuple(chain), _amendment_records(root))
+    except (Int8AlibiError, OSError) as exc:
+        return _ProtocolState(protocol, None, f"the protocol in force cannot be read ({exc})", tuple(chain))
 
 
 def _stage_reads(protocol: Any, stage: str, protocol_root: str) -> set[str] | None:

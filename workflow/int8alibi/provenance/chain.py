@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import Int8AlibiError, ManifestError
 from .hashing import listing_digest, sha256_file, tree_hashes
-from .manifest import MANIFEST_NAME, load_manifest, manifest_digest, resolve_recorded
+from .manifest_format import MANIFEST_NAME, load_manifest, manifest_digest, resolve_recorded
 
 PROJECT_MARKER = "preregistration"  # a folder holding it is a project root: the search stops there
 

@@ -5,31 +5,28 @@
 covers everything except timestamps, so an edit to the manifest itself is detectable and two
 manifests of identical runs have the same digest. ``upstream`` records the digests of the manifests
 its inputs came from (``int8alibi.provenance.chain``), so the last manifest commits to the whole run.
+The format and its reader are ``manifest_format``; this module writes it.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, ManifestError
+from .. import protocol
 from . import environment
 from .atomic import write_bytes
-from .hashing import (canonical_json, listing_digest, open_regular, package_digest, sha256_bytes, sha256_file,
-                      stage_code_digest, tree_hashes)
+from .chain import upstream_of
+from .hashing import canonical_json, listing_digest, package_digest, sha256_file, stage_code_digest, tree_hashes
+from .manifest_format import FORMAT, MANIFEST_NAME, manifest_digest
 from .parquet import content_digest, read_arrow, schema_digest
 
-MANIFEST_NAME = "manifest.json"
-FORMAT = "int8alibi-manifest/2"  # /2: adds ``upstream`` (the manifest chain)
-TIMESTAMP_KEYS = ("recorded_at",)
-REQUIRED_KEYS = ("format", "stage", "stage_dir", "outputs", "inputs", "params", "protocol", "code",
-                 "environment", "arms", "exploratory", "extra", "upstream", "digest")
 
 PathLike = str | os.PathLike[str]
 
@@ -87,14 +84,8 @@ def _records(items: Mapping[str, PathLike] | Iterable[PathLike], project_root: P
 
 
 def protocol_pins(project_root: Path) -> dict[str, Any]:
-    """The protocol in force, from ``int8alibi.protocol.current_pins`` (imported when needed)."""
-    try:
-        protocol = importlib.import_module("int8alibi.protocol")
-        current_pins = protocol.current_pins
-    except (ImportError, AttributeError) as exc:
-        raise ManifestError(f"cannot record the protocol in force: int8alibi.protocol.current_pins "
-                            f"is unavailable ({exc})") from exc
-    return dict(current_pins(project_root))
+    """The protocol in force (``protocol.current_pins``), as the manifest records it."""
+    return dict(protocol.current_pins(project_root))
 
 
 def _stage_digest(stage: str) -> str:
@@ -103,12 +94,6 @@ def _stage_digest(stage: str) -> str:
         return stage_code_digest([module])
     except InputError:
         return f"not applicable: no module {module}"
-
-
-def manifest_digest(manifest: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of everything except ``digest`` and the timestamps."""
-    body = {k: v for k, v in manifest.items() if k != "digest" and k not in TIMESTAMP_KEYS}
-    return sha256_bytes(canonical_json(body).encode())
 
 
 def _plain(value: Any, what: str, manifest_path: Path) -> Any:
@@ -131,8 +116,6 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
     relative to it. Every output and input must exist. ``device`` (torch.device or config
     string, None = auto) is the device whose facts go into the environment record.
     """
-    from .chain import upstream_of  # chain reads manifests with this module's loader
-
     out_dir = Path(stage_dir)
     manifest_path = out_dir / MANIFEST_NAME
     root = Path(protocol_root).resolve().parent
@@ -176,79 +159,3 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
     return write_bytes(manifest_path, text.encode())
 
 
-def load_manifest(path: PathLike) -> dict[str, Any]:
-    """Parse a manifest; a file that is not one (bad JSON, wrong format, missing keys) names itself."""
-    p = Path(path)
-    try:
-        with open_regular(p, ManifestError) as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except OSError as exc:
-        raise ManifestError(f"{p}: cannot be read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{p}: not valid JSON ({exc})") from exc
-    except RecursionError as exc:
-        raise ManifestError(f"{p}: not a manifest (JSON nested too deeply to read)") from exc
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        older = isinstance(data, dict) and data.get("format") == "int8alibi-manifest/1"
-        raise ManifestError(f"{p}: not an {FORMAT} manifest" + (
-            " (written before manifests recorded their upstream manifests; rerun the stage)" if older else ""))
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        raise ManifestError(f"{p}: manifest lacks key(s) {missing}")
-    for key in ("stage", "stage_dir", "digest"):
-        if not isinstance(data[key], str) or not data[key]:
-            raise ManifestError(f"{p}: {key} must be a non-empty string")
-    if ".." in PurePosixPath(data["stage_dir"]).parts:
-        raise ManifestError(f"{p}: stage_dir {data['stage_dir']!r} contains '..'")
-    pins = data["protocol"].get("pins", {}) if isinstance(data["protocol"], dict) else None
-    if not isinstance(pins, dict) or not _str_map(pins.get("files", {})) or not isinstance(pins.get("data", {}), dict):
-        raise ManifestError(f"{p}: protocol must be a mapping whose pins map files to digests")
-    for role, needs in (("outputs", ("path", "sha256")), ("inputs", ("path", "sha256")),
-                        ("upstream", ("manifest", "digest"))):
-        records = data[role]
-        if not isinstance(records, list) or not all(
-                isinstance(r, dict) and all(isinstance(r.get(k), str) and r[k] for k in needs) for r in records):
-            raise ManifestError(f"{p}: {role} must be a list of records, each with string {' and '.join(needs)}")
-        for rec in records:
-            if rec.get("kind") == "dir" and not _str_map(rec.get("files")):
-                raise ManifestError(f"{p}: {role} folder {rec['path']!r} must map its files to digests")
-        keys = [r["manifest" if role == "upstream" else "path"] for r in records]
-        repeated = sorted({k for k in keys if keys.count(k) > 1})
-        if repeated:  # a writer never lists one twice (``_records``): the manifest was edited
-            raise ManifestError(f"{p}: {role} record {repeated[0]!r} is listed more than once")
-    return data
-
-
-def _str_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-
-
-def resolve_recorded(recorded: str, manifest_path: Path, stage_dir: str,
-                     project_root: Path | None = None) -> Path:
-    """Where a recorded path lies now, given where its manifest was found.
-
-    Paths inside the stage folder (or inside the results folder above it) are found relative to
-    the manifest, so a renamed or copied results tree still verifies; other relative paths are
-    relative to the project root, which is inferred from the recorded ``stage_dir`` unless given.
-    """
-    rec = PurePosixPath(recorded)
-    stage = PurePosixPath(stage_dir)
-    here = manifest_path.absolute().parent
-    if rec.is_relative_to(stage):
-        return here.joinpath(*rec.relative_to(stage).parts)
-    if not stage.is_absolute() and len(stage.parts) > 1 and rec.is_relative_to(stage.parent):
-        return here.parent.joinpath(*rec.relative_to(stage.parent).parts)
-    if rec.is_absolute():
-        return Path(rec)
-    return (project_root or inferred_root(manifest_path, stage_dir)).joinpath(*rec.parts)
-
-
-def inferred_root(manifest_path: Path, stage_dir: str) -> Path:
-    """The project root implied by the manifest's location and its recorded ``stage_dir``."""
-    stage = PurePosixPath(stage_dir)
-    if stage.is_absolute():
-        return Path.cwd()
-    parents = manifest_path.absolute().parents
-    if len(stage.parts) >= len(parents):
-        raise ManifestError(f"{manifest_path}: stage_dir {stage_dir!r} is deeper than where the manifest lies")
-    return parents[len(stage.parts)]

@@ -18,7 +18,7 @@ from ..provenance.hashing import sha256_file
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..report import document
-from . import log, stage_main
+from ..runtime.runner import log, stage_main
 
 
 def run(cfg: Config, out_dir: Path, runs: str = "") -> None:

@@ -18,12 +18,12 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
+from ..engines.generation import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
 from ..engines.identity import Identity, Mismatch, Treatment, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
-from . import log, stage_main
-from .generate import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
+from ..runtime.runner import log, stage_main
 
 GENERATIONS_SCHEMA = pa.schema([
     pa.field("arm", pa.string(), nullable=False),

@@ -32,7 +32,8 @@ from ..faults.sources import LayerSelection, OperandSource
 from ..kernels.base import arm_evidence
 from ..protocol import load
 from ..provenance.chain import verify_input
-from ..provenance.manifest import load_manifest, write_manifest
+from ..provenance.manifest import write_manifest
+from ..provenance.manifest_format import load_manifest
 from ..provenance.parquet import read_table, write_table
 from ..decisions import DECISIONS_KEY, DECISIONS_SCHEMA
 from ..decisions import evaluate as evaluate_decisions
@@ -43,7 +44,7 @@ from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA,
                        cells_table, definition_scores, detection, flips, reverted_matrix, score,
                        scorecard, totals, ulp_distribution)
 from ..printable import printable
-from . import guarded, stage_main
+from ..runtime.runner import guarded, stage_main
 
 log = logging.getLogger("int8alibi.faults")
 

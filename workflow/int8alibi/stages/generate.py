@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 import torch
 
 from .. import portable
@@ -22,56 +20,17 @@ from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
+from ..engines.generation import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, ids_text, sequence_sha256
 from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, rails_digest, write_identity
 from ..engines.own import ENGINE, load_w8a8
 from ..errors import InputError
 from ..provenance.environment import library_versions
-from ..provenance.hashing import sha256_bytes
 from ..provenance.parquet import write_table
 from ..model.sources import tokenizer_digest
 from ..resolve import require_arm, stage_device
-from . import log, stage_main
+from ..runtime.runner import log, stage_main
 
-# The rewritten-scale probe (snapped scales, old int8 weights) is generated like the others: the
-# second paper reports its end-to-end agreement, and prefill_decode measures its residual.
-CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling", "probe")
-RUNS = (1, 2)
 ENGINES = ("own", "vllm")
-
-TOKENS_SCHEMA = pa.schema([
-    pa.field("prompt", pa.int32(), nullable=False),
-    pa.field("prompt_tokens", pa.int32(), nullable=False),
-    pa.field("n_tokens", pa.int32(), nullable=False),
-    pa.field("sequence_sha256", pa.string(), nullable=False),
-    pa.field("token_ids", pa.string(), nullable=False),
-])
-
-
-def ids_text(token_ids: list[int]) -> str:
-    """Token ids as one flat column value, decimal ids separated by single spaces.
-
-    Flat because manifests digest table content column by column and that digest is defined for
-    flat types only (docs/ARCHITECTURE.md, provenance.parquet.content_digest).
-    """
-    return " ".join(str(int(t)) for t in token_ids)
-
-
-def parse_ids(text: str, where: str) -> list[int]:
-    """Inverse of ``ids_text``; anything but single-space-separated decimal ids is refused."""
-    parts = text.split(" ") if text else []
-    if not all(p.isdigit() and (p == "0" or not p.startswith("0")) for p in parts):
-        raise InputError(f"{where}: token_ids {text[:40]!r} is not a list of decimal ids separated by single spaces")
-    return [int(p) for p in parts]
-
-
-def sequence_sha256(token_ids: list[int]) -> str:
-    """SHA-256 of the generated ids as little-endian int32: equal digests, equal sequences."""
-    return sha256_bytes(np.asarray(token_ids, dtype="<i4").tobytes())
-
-
-def artifact_paths(out_dir: Path, run: int) -> tuple[Path, Path]:
-    """``run<k>.parquet`` and ``run<k>.identity.json`` in the arm/checkpoint folder."""
-    return out_dir / f"run{run}.parquet", out_dir / f"run{run}.identity.json"
 
 
 def parse_run(value: Any) -> int:

@@ -28,7 +28,7 @@ from ..ksweep.stats import PairStats, bin_labels, compare
 from ..protocol import load
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
-from . import stage_main
+from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.ksweep")
 

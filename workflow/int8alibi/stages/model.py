@@ -26,7 +26,7 @@ from ..model.sources import (DEFAULT_GGUF_PACKAGE, PARENT_DIR, PARENT_KEY, PAREN
                              gguf_package_file, load_hf_dir, load_source, parent_record, tensors_digest,
                              tokenizer_digest)
 from ..model.portable import keep_float32_copies
-from . import stage_main
+from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.model")
 ROUND_TRIP_TOKENS = 32

@@ -30,7 +30,7 @@ from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..resolve import stage_arms
 from ..stats import Interval, paired_bootstrap, perplexity
-from . import log, stage_main
+from ..runtime.runner import log, stage_main
 
 REFERENCE = "own"
 ARMS = ("parent", "own", "pow2-nearest", "pow2-ceiling", "probe")

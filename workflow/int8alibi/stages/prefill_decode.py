@@ -20,14 +20,14 @@ import pyarrow as pa
 from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
+from ..engines.generation import CHECKPOINTS
 from ..engines.own import load_w8a8
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..resolve import stage_arms
 from ..tokens.margin import cluster_bootstrap_rate
 from ..tokens.prefill_decode import attribute, decode, first_differing, positions, prefill
-from . import log, stage_main
-from .generate import CHECKPOINTS
+from ..runtime.runner import log, stage_main
 
 SUMMARY_SCHEMA = pa.schema([
     pa.field("checkpoint", pa.string(), nullable=False),

@@ -19,7 +19,7 @@ from ..protocol.chain import Amendment, read_amendments
 from ..protocol.pins import AMENDMENTS_DIR, LOCK_FILE, PROTOCOL_DIR
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
-from . import stage_main
+from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.stages.protocol")
 

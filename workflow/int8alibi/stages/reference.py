@@ -39,11 +39,11 @@ from ..provenance.atomic import temp_dir
 from ..provenance.hashing import tree_hashes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table
-from . import stage_main
+from ..quant.gate import REFERENCE_CHECKPOINT_DIR
+from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.reference")
 
-CHECKPOINT_DIR = "checkpoint"
 TOOL = "llm-compressor"
 # The distributions whose versions decide the reference's bytes, recorded in the manifest.
 TOOL_DISTRIBUTIONS: tuple[str, ...] = ("llmcompressor", "compressed-tensors", "torch", "transformers")
@@ -150,7 +150,7 @@ def quantize(parent_dir: Path, out: Path) -> dict[str, str]:
 def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path = Path("preregistration")) -> None:
     """Quantize the verified parent with llm-compressor into ``<out>/checkpoint`` and write the manifest."""
     out_dir = Path(out_dir)
-    target, manifest = out_dir / CHECKPOINT_DIR, out_dir / "manifest.json"
+    target, manifest = out_dir / REFERENCE_CHECKPOINT_DIR, out_dir / "manifest.json"
     shutil.rmtree(target, ignore_errors=True)  # a failed run must not leave an earlier reference behind
     manifest.unlink(missing_ok=True)
     parent_table = Path(parent) if parent is not None else cfg.results / "model" / PARENT_TABLE
@@ -158,14 +158,14 @@ def run(cfg: Config, out_dir: Path, parent: Path | None = None, protocol: Path =
     folder = verified_parent_dir(parent_table)
     log.info("reference: %s quantizes %s", describe(versions), folder)
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = temp_dir(out_dir, CHECKPOINT_DIR)
+    staging = temp_dir(out_dir, REFERENCE_CHECKPOINT_DIR)
     try:
         compute = quantize(folder, staging)
         for f in staging.iterdir():
             f.chmod(0o644)
         staging.chmod(0o755)
         staging.rename(target)
-        write_manifest(out_dir, stage="reference", outputs={"checkpoint": target}, inputs={"parent": parent_table},
+        write_manifest(out_dir, stage="reference", outputs={REFERENCE_CHECKPOINT_DIR: target}, inputs={"parent": parent_table},
                        params={"tool": TOOL, "recipe": RECIPE}, protocol_root=protocol,
                        extra={"tool": {"name": TOOL, "versions": versions, "describe": describe(versions),
                                       "compute": compute}})

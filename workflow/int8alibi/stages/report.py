@@ -18,7 +18,7 @@ from ..config import Config
 from ..protocol import load
 from ..provenance.manifest import write_manifest
 from ..report import document, ksweep, sections, summary
-from . import log, stage_main
+from ..runtime.runner import log, stage_main
 
 
 def _exploratory(results: Path) -> bool:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import torch
 from safetensors import safe_open
 
@@ -43,52 +42,21 @@ from ..model.layers import LayerRef, quantized_linears
 from ..model.sources import PARENT_DIR, PARENT_TABLE, describe_source, load_hf_model, load_saved_parent
 from ..provenance.atomic import temp_dir
 from ..provenance.hashing import listing_digest, tree_hashes
-from ..provenance.manifest import load_manifest, write_manifest
+from ..provenance.manifest import write_manifest
+from ..provenance.manifest_format import load_manifest
 from ..provenance.parquet import write_table
 from ..quant import weight as wq
 from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
 from ..quant.division import division_stats
+from ..quant.gate import (CHECKPOINT_NAMES, CHECKPOINTS_DIR, GATE_KEY, GATE_PASSED, GATE_PASSED_TOOL, GATE_SCHEMA,
+                          GATE_SELF_BUILT, GATE_TABLE, REFERENCE_CHECKPOINT_DIR)
 from ..quant.weight import QuantizedWeight
 from ..resolve import stage_device
-from . import reference as reference_stage
-from . import stage_main
+from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.requant")
 
-ARMS: tuple[str, ...] = ("own", "pow2-nearest", "pow2-ceiling", "probe")
-CHECKPOINTS_DIR = "checkpoints"
-GATE_TABLE = "gate.parquet"
-GATE_PASSED = "passed: byte-identical to the committed checkpoint"
-GATE_PASSED_TOOL = "passed: byte-identical to llm-compressor's own checkpoint"
-GATE_SELF_BUILT = "self-built (not an independent test)"
-VERDICTS: tuple[str, ...] = (GATE_PASSED, GATE_PASSED_TOOL, GATE_SELF_BUILT)
 SHARD_BYTES = 2 << 30
-
-GATE_SCHEMA = pa.schema([
-    pa.field("block", pa.int32(), nullable=False),
-    pa.field("proj", pa.string(), nullable=False),
-    pa.field("arm", pa.string(), nullable=False),
-    pa.field("layer", pa.string(), nullable=False),
-    pa.field("n", pa.int64(), nullable=False),
-    pa.field("k", pa.int64(), nullable=False),
-    pa.field("division", pa.string(), nullable=False),
-    pa.field("reference", pa.string(), nullable=False),       # what bytes_equal compares against
-    pa.field("bytes_equal", pa.bool_(), nullable=True),       # null: not applicable (self-built own)
-    pa.field("differing_int8", pa.int64(), nullable=True),
-    pa.field("differing_scales", pa.int64(), nullable=True),
-    pa.field("scale_min", pa.float64(), nullable=False),
-    pa.field("scale_max", pa.float64(), nullable=False),
-    pa.field("scale_ratio", pa.float64(), nullable=False),    # max / min
-    pa.field("clipped", pa.int64(), nullable=True),           # quotients outside [-128, 127]; null for probe
-    pa.field("saturated", pa.int64(), nullable=False),        # int8 elements at -128 or 127
-    pa.field("all_pow2", pa.bool_(), nullable=False),
-    pa.field("gate", pa.string(), nullable=False),
-    # quant.division, under this arm's scale; null for the probe, which divides nothing
-    pa.field("f32_division_differing", pa.int64(), nullable=True),  # int8 weights a float32 division changes
-    pa.field("quotient_shift_max", pa.float64(), nullable=True),     # max |q_bf16 - q_f32|
-    pa.field("code_offset_max", pa.float64(), nullable=True),        # max |int8 - clamp(q_f32)|
-])
-GATE_KEY = ["block", "proj", "arm"]
 
 
 def pinned_division(protocol_root: Path) -> wq.Division:
@@ -159,8 +127,8 @@ def tool_reference(manifest_path: Path | str) -> Reference:
     """llm-compressor's checkpoint from the reference stage, checked against that stage's manifest."""
     manifest_path = Path(manifest_path)
     manifest = load_manifest(manifest_path)
-    folder = manifest_path.parent / reference_stage.CHECKPOINT_DIR
-    recorded = next((o for o in manifest.get("outputs", []) if o.get("name") == reference_stage.CHECKPOINT_DIR), None)
+    folder = manifest_path.parent / REFERENCE_CHECKPOINT_DIR
+    recorded = next((o for o in manifest.get("outputs", []) if o.get("name") == REFERENCE_CHECKPOINT_DIR), None)
     tool = (manifest.get("extra") or {}).get("tool") or {}
     if manifest.get("stage") != "reference" or recorded is None or not tool.get("describe"):
         raise InputError(f"{manifest_path}: not a reference stage manifest (no checkpoint output or tool record)")
@@ -304,7 +272,7 @@ def build_arms(parent: _Parent, division: wq.Division, staging: Path, gate: str,
                               provenance={"arm": arm, "division": division, "gate": gate,
                                           "rule": "llm-compressor W8A8: s_w = bf16(absmax/127.5), "
                                                   "q = round_half_even(clamp(W/s_w, -128, 127))"})
-        for arm in ARMS
+        for arm in CHECKPOINT_NAMES
     }
     rows: list[dict[str, Any]] = []
     try:
@@ -403,7 +371,7 @@ def _manifest(out_dir: Path, table: pd.DataFrame, gate: str, division: str, laye
         out_dir, stage="requant", outputs={"gate": out_dir / GATE_TABLE, "checkpoints": out_dir / CHECKPOINTS_DIR},
         inputs=inputs,
         params={"division": division, "committed": ref.record["path"] if ref is not None and ref.kind == "committed"
-                else None, "arms": list(ARMS)},
+                else None, "arms": list(CHECKPOINT_NAMES)},
         protocol_root=protocol,
         extra={"gate": gate, "layers": layers,
                "reference": ref.record if ref is not None else {"kind": "none (self-built)"},

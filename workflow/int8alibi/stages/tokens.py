@@ -40,7 +40,7 @@ from ..tokens.inject import Cell, InjectionArm, cells
 from ..tokens.margin import (average_precision, calibrate, calibrate_isotonic, cluster_bootstrap_auc,
                             cluster_bootstrap_rate, leave_one_cluster_out)
 from ..tokens.replay import Positions, RowBlockArm, compare, copies_identical, replay_window
-from . import log, stage_main
+from ..runtime.runner import log, stage_main
 
 KERNELS = "kernels"   # the comparison label of the selected kernel pair
 

@@ -6,7 +6,7 @@ import logging
 import sys
 import types
 
-from int8alibi.bench import device_memory
+from int8alibi.runtime import device_memory
 
 
 def _fake_torch(initialised: bool) -> types.ModuleType:

@@ -12,7 +12,7 @@ import pytest
 
 from int8alibi.errors import ManifestError
 from int8alibi.model import sources
-from int8alibi.stages import stage_main
+from int8alibi.runtime.runner import stage_main
 from int8alibi.stages.capture import run as capture
 
 ROOT = Path(__file__).resolve().parents[2]

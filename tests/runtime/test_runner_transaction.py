@@ -15,7 +15,7 @@ import pytest
 
 from int8alibi.errors import InputError
 from int8alibi.provenance import transaction
-from int8alibi.stages import stage_main
+from int8alibi.runtime.runner import stage_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
