@@ -4,7 +4,6 @@
 import glob
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -36,7 +35,10 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES, gate
 from int8alibi.resolve import plan
 from int8alibi.provenance.code import CodeDigests
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.resources import plan_resources
+from int8alibi.rule_commands import q, qpath, stage_cmd
+from int8alibi.stage_needs import STAGES
 from int8alibi.workflow_support import (
     CODE_CACHE,
     environment_params,
@@ -116,7 +118,8 @@ onstart:
         _stop(exc)
 
 
-ARMS = list(RUN["resolved"]["arms"])
+# The two kernel arms this run resolved to (the `arm` wildcard of the generate jobs).
+KERNEL_ARMS = list(RUN["resolved"]["arms"])
 
 # Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support), one readable param
 # each: the code a stage can run (by syntax tree: comments and docstrings rerun nothing), the config
@@ -143,48 +146,28 @@ def save_plan_caches():
     parse_cache.save()
 
 
-def stage_params(stage, keys=(), sources=(), environment=None):
+def stage_params(stage, environment=None):
     """A stage rule's params, given as `**stage_params(...)` beside the rule's own: the rerun params
-    (int8alibi.workflow_support.rerun_params; `sources` names roles of SOURCES: parent, checkpoint,
-    corpus), and the interpreter and run config its command names. Those two are functions of the
-    job's output, which Snakemake does not compare between runs (its "derived" params): they change
-    with where the environment lives and with every config key, and a job reruns only for what it reads."""
-    sources = {role: SOURCES[role] for role in sources}
-    params = rerun_params(stage, RUN, CODE, keys, sources, ENVIRONMENT if environment is None else environment)
+    (int8alibi.workflow_support.rerun_params: the stage's code, and the config keys and source files
+    that int8alibi.stage_needs says it reads), and the interpreter and run config its command names.
+    Those two are functions of the job's output, which Snakemake does not compare between runs (its
+    "derived" params): they change with where the environment lives and with every config key, and a
+    job reruns only for what it reads."""
+    needs = STAGES[stage]
+    sources = {role: SOURCES[role] for role in needs.sources}
+    params = rerun_params(stage, RUN, CODE, needs.config, sources, ENVIRONMENT if environment is None else environment)
     return {**params, "python": lambda wildcards, output: PYTHON, "run_config": lambda wildcards, output: RUN_CONFIG}
+
+
+def stage_threads(stage):
+    """The rule's `threads:` (int8alibi.stage_needs): one where the stage runs the model's float
+    forward pass on one intra-op thread for portable bytes, so Snakemake runs such jobs side by side."""
+    return STAGES[stage].threads
 
 
 def protocol_files(stage):
     """The protocol files a stage reads: an amendment touching one reruns exactly those stages."""
     return [f"preregistration/{name}" for name in STAGE_FILES[stage]]
-
-
-# Snakemake placeholders a command may hold; each is given the `:q` (shell-quote) format.
-_PLACEHOLDER = re.compile(r"\{((?:input|output|params|wildcards|log|resources)(?:\.\w+)?)\}")
-
-
-def q(text):
-    """A command fragment with every placeholder shell-quoted (`{input.x}` becomes `{input.x:q}`)."""
-    return _PLACEHOLDER.sub(r"{\1:q}", text)
-
-
-def qpath(path):
-    """A path for a command: literal parts quoted with shlex.quote, placeholders with `:q`."""
-    parts = _PLACEHOLDER.split(path)  # literal, placeholder, literal, ...
-    return "".join(q(f"{{{part}}}") if i % 2 else shlex.quote(part) if part else "" for i, part in enumerate(parts))
-
-
-def stage_cmd(stage, out, extra="", python="{params.python:q}"):
-    """The one-line command of a stage, relative paths only; `python` names another interpreter for
-    one running in its own environment (reference.smk).
-
-    Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (any other
-    value goes into `extra` through `qpath`, e.g. `f"--input results={qpath(RESULTS)}"`, or as a
-    param), and the run config as {params.run_config:q} (stage_params). Append the log as `" 2> {log:q}"`.
-    """
-    return (
-        f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} {q(extra)}".rstrip()
-    )
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
@@ -227,6 +210,30 @@ def software_env(gpu_capable=False):
     return "../../envs/gpu.yaml" if gpu_capable and use_gpu(RUN) else "../../envs/cpu.yaml"
 
 
+# The fault campaign's outputs, by output name: a run, its sharded gather and the smoke run write the
+# same set into their folder.
+FAULTS_FILES = {
+    "cells": "cells.parquet",
+    "scorecard": "scorecard.parquet",
+    "detection": "detection.parquet",
+    "ulp": "ulp_distribution.parquet",
+    "flips": "flips.parquet",
+    "totals": "totals.parquet",
+    "decisions": "decisions.parquet",
+    "manifest": "manifest.json",
+}
+
+
+def faults_outputs(folder, in_report=True):
+    """The campaign's outputs in `folder`; `in_report`: the scorecard and detection table go into
+    Snakemake's report, each with its caption in workflow/report/."""
+    out = {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
+    if in_report:
+        for name in ("scorecard", "detection"):
+            out[name] = report(out[name], caption=f"../report/faults_{name}.rst", category="Tables")
+    return out
+
+
 def faults_shard_dirs(wildcards):
     """The fault campaign's layer-range shard folders (config faults_shards > 1), known once capture ran."""
     index = checkpoints.capture.get().output.index
@@ -257,4 +264,4 @@ def crossmodel_reports(wildcards):
 
 # `arm` names one of the two arms this run resolved to (the run config's block resolved).
 wildcard_constraints:
-    arm="|".join(re.escape(arm) for arm in ARMS),
+    arm="|".join(re.escape(arm) for arm in KERNEL_ARMS),

@@ -22,13 +22,13 @@ rule reference_checkpoint:
         f"{BENCHMARKS}/reference.tsv"
     conda:
         "../../envs/llmcompressor.yaml"
-    threads: 2
+    threads: stage_threads("reference")
     resources:
         mem_mb=RESOURCES["reference_checkpoint"].mem_mb,
         runtime=RESOURCES["reference_checkpoint"].runtime,
     params:
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
-        **stage_params("reference", ["model"], environment=lock_param()),
+        **stage_params("reference", environment=lock_param()),
     shell:
         stage_cmd(
             "reference",

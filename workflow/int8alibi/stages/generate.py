@@ -29,12 +29,13 @@ from ..provenance.environment import library_versions
 from ..provenance.hashing import sha256_bytes
 from ..provenance.parquet import write_table
 from ..model.sources import tokenizer_digest
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..resolve import require_arm, stage_device
 from . import log, stage_main
 
-# The rewritten-scale probe (snapped scales, old int8 weights) is generated like the others: the
-# second paper reports its end-to-end agreement, and prefill_decode measures its residual.
-CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling", "probe")
+# Every checkpoint variant is generated, the rewritten-scale probe (snapped scales, old int8 weights)
+# like the others: the second paper reports its end-to-end agreement, and prefill_decode measures
+# its residual.
 RUNS = (1, 2)
 ENGINES = ("own", "vllm")
 
@@ -123,8 +124,8 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
         engine: str = "own") -> None:
     """Generate the pinned prompts greedily with ``arm`` on ``checkpoint``; write tokens + identity."""
     k = parse_run(run)
-    if checkpoint not in CHECKPOINTS:
-        raise InputError(f"--param checkpoint={checkpoint!r}: expected one of {list(CHECKPOINTS)}")
+    if checkpoint not in CHECKPOINT_VARIANTS:
+        raise InputError(f"--param checkpoint={checkpoint!r}: expected one of {list(CHECKPOINT_VARIANTS)}")
     if engine not in ENGINES:
         raise InputError(f"--param engine={engine!r}: expected one of {list(ENGINES)}")
     from ..protocol import load

@@ -48,6 +48,7 @@ from ..provenance.parquet import write_table
 from ..quant import weight as wq
 from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
 from ..quant.division import division_stats
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..quant.weight import QuantizedWeight
 from ..resolve import stage_device
 from . import reference as reference_stage
@@ -55,7 +56,6 @@ from . import stage_main
 
 log = logging.getLogger("int8alibi.requant")
 
-ARMS: tuple[str, ...] = ("own", "pow2-nearest", "pow2-ceiling", "probe")
 CHECKPOINTS_DIR = "checkpoints"
 GATE_TABLE = "gate.parquet"
 GATE_PASSED = "passed: byte-identical to the committed checkpoint"
@@ -304,7 +304,7 @@ def build_arms(parent: _Parent, division: wq.Division, staging: Path, gate: str,
                               provenance={"arm": arm, "division": division, "gate": gate,
                                           "rule": "llm-compressor W8A8: s_w = bf16(absmax/127.5), "
                                                   "q = round_half_even(clamp(W/s_w, -128, 127))"})
-        for arm in ARMS
+        for arm in CHECKPOINT_VARIANTS
     }
     rows: list[dict[str, Any]] = []
     try:
@@ -403,7 +403,7 @@ def _manifest(out_dir: Path, table: pd.DataFrame, gate: str, division: str, laye
         out_dir, stage="requant", outputs={"gate": out_dir / GATE_TABLE, "checkpoints": out_dir / CHECKPOINTS_DIR},
         inputs=inputs,
         params={"division": division, "committed": ref.record["path"] if ref is not None and ref.kind == "committed"
-                else None, "arms": list(ARMS)},
+                else None, "arms": list(CHECKPOINT_VARIANTS)},
         protocol_root=protocol,
         extra={"gate": gate, "layers": layers,
                "reference": ref.record if ref is not None else {"kind": "none (self-built)"},
