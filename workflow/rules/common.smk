@@ -1,7 +1,9 @@
-# Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
-# (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
-# use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
-import glob
+# Set-up shared by every rule, and every helper function the rule files use (they hold rules only).
+# The Python behind it lives in the package, tested there: the config check, the protocol gate, the
+# run config and the run's folders, targets and job environments (int8alibi.workflow_plan), the
+# params that decide reruns (int8alibi.workflow_support) from what each stage reads
+# (int8alibi.stage_needs), and the quoted commands (int8alibi.rule_commands). What stays here needs
+# Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
 import re
 import sys
@@ -20,20 +22,10 @@ apply_to_environ()
 from int8alibi.progress import quiet_bars
 
 quiet_bars()
-from int8alibi import parse_cache, strict_yaml
-from int8alibi.config import (
-    check_bounded,
-    command_line_booleans,
-    earlier_plan,
-    expand_env,
-    results_dir,
-    run_config_path,
-    validate,
-    write_run_config,
-)
+from int8alibi import parse_cache, workflow_plan
+from int8alibi.config import write_run_config
 from int8alibi.errors import Int8AlibiError
-from int8alibi.protocol import STAGE_FILES, gate
-from int8alibi.resolve import plan
+from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.resources import plan_resources
@@ -43,8 +35,9 @@ from int8alibi.workflow_support import (
     CODE_CACHE,
     environment_params,
     job_python,
+    llmcompressor_python,
+    lock_param,
     rerun_params,
-    shard_ranges,
     source_digests,
     use_gpu,
 )
@@ -61,25 +54,18 @@ def _stop(exc):
     raise SystemExit(1)
 
 
-# Snakemake has already loaded the config files with its own YAML loader; read each again strictly
-# (no anchors/aliases, no duplicate keys, bounded size: int8alibi.strict_yaml) before trusting `config`.
+# The config Snakemake loaded, read again strictly and validated, its results folder (inside the
+# checkout, or under --config results_root=/abs) and the fail-closed protocol gate
+# (int8alibi.workflow_plan.checked_config).
 try:
-    for _configfile in workflow.configfiles:
-        strict_yaml.read(_configfile)
-    check_bounded(config, "config (after --configfile/--config)")
-    command_line_booleans(config, workflow.config_settings.overwrite_config)
-    validate(config, "config (after --configfile/--config)")
-    # a relative path inside the checkout (symlinks resolved), or under --config results_root=/abs
-    RESULTS = results_dir(config, ROOT, "config (after --configfile/--config)")
-    GATE = gate(ROOT)
-    GATE.protocol.size_profile(config["size_profile"])  # the named profile exists in analysis.yaml
+    RESULTS, GATE = workflow_plan.checked_config(
+        config, workflow.configfiles, workflow.config_settings.overwrite_config, ROOT
+    )
 except Int8AlibiError as exc:
     _stop(exc)
 
 # One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
-_RUN = [] if config.get("results", "results") == "results" else [Path(RESULTS).name]
-LOGS = Path("logs", *_RUN).as_posix()
-BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
+LOGS, BENCHMARKS = workflow_plan.side_folders(config, RESULTS)
 
 # The run config the stages read: the config file + --config overrides, environment variables
 # expanded, and the `resolved` block (device and arms decided once, with the reason and the host).
@@ -91,18 +77,16 @@ BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 # as {params.run_config:q} (stage_params below): the printed command holds the relative path and
 # runs as printed, while neither the rule's text nor its compared params change with it (what a
 # stage reads from the config reruns it through its `config_*` params); each stage logs the path.
-_EXPANDED, _UNSET = expand_env(config)
-if _UNSET:
-    sys.stderr.write(
-        "int8alibi: environment variable not set: " + ", ".join(_UNSET) + "; the value stays as written and "
-        "every job of this run stops until it is set\n"
-    )
 try:
-    RUN_CONFIG = run_config_path(RESULTS, _EXPANDED)
-    RUN = plan(_EXPANDED, earlier_plan(RUN_CONFIG, RESULTS, _EXPANDED))
-    validate(RUN, RUN_CONFIG)
+    _PLAN = workflow_plan.run_plan(config, RESULTS)
 except Int8AlibiError as exc:
     _stop(exc)
+if _PLAN.unset:
+    sys.stderr.write(
+        "int8alibi: environment variable not set: " + ", ".join(_PLAN.unset) + "; the value stays as written "
+        "and every job of this run stops until it is set\n"
+    )
+RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
 # The interpreter commands name, as {params.python:q} (int8alibi.workflow_support.job_python).
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 PYTHON = job_python(CONDA, Path.cwd())
@@ -172,9 +156,7 @@ def protocol_files(stage):
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
-STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens"]
-STAGES_IN_RUN += ["ksweep"] if use_gpu(RUN) else []
-REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
+REPORT_INPUTS = workflow_plan.report_inputs(RESULTS, RUN)
 
 
 def final_targets():
@@ -195,19 +177,13 @@ def deleted_with(**paths):
     may be a glob, each match declared), else nothing."""
     if not DELETING:
         return {}
-    out = {}
-    for name, pattern in paths.items():
-        for i, path in enumerate(sorted(glob.glob(pattern))):
-            out[f"{name}_{i}"] = directory(path) if os.path.isdir(path) else path
-    return out
+    found = workflow_plan.deleted_paths(paths)
+    return {name: directory(path) if folder else path for name, (path, folder) in found.items()}
 
 
 def software_env(gpu_capable=False):
-    """The conda environment file (for `--sdm conda`, see envs/README.md) that a job runs in.
-
-    The GPU set for a GPU-capable stage when the run's resolved device is CUDA, else the CPU lock;
-    the path is relative to the rule files."""
-    return "../../envs/gpu.yaml" if gpu_capable and use_gpu(RUN) else "../../envs/cpu.yaml"
+    """The conda environment file a job runs in (int8alibi.workflow_plan.software_env)."""
+    return workflow_plan.software_env(RUN, gpu_capable)
 
 
 # The fault campaign's outputs, by output name: a run, its sharded gather and the smoke run write the
@@ -237,7 +213,7 @@ def faults_outputs(folder, in_report=True):
 def faults_shard_dirs(wildcards):
     """The fault campaign's layer-range shard folders (config faults_shards > 1), known once capture ran."""
     index = checkpoints.capture.get().output.index
-    return [f"{RESULTS}/faults/shards/{a}_{b}" for a, b in shard_ranges(index, int(config["faults_shards"]))]
+    return workflow_plan.shard_dirs(RESULTS, index, int(config["faults_shards"]))
 
 
 def faults_shard_manifests(wildcards):
@@ -252,14 +228,10 @@ def faults_shard_args(wildcards):
 def crossmodel_reports(wildcards):
     """The report manifests of the runs `--config crossmodel=[...]` names; asked for only when the
     crossmodel job is in the DAG, so planning it without that list stops, saying what to give."""
-    runs = config.get("crossmodel") or []
-    if not runs:
-        raise WorkflowError(
-            "the cross-model view combines finished results folders, and none are named; give them as "
-            "snakemake crossmodel --config 'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]' "
-            "(each the `results` of its own config's run)"
-        )
-    return [f"{run}/report/manifest.json" for run in runs]
+    try:
+        return workflow_plan.crossmodel_manifests(config.get("crossmodel"))
+    except Int8AlibiError as exc:
+        raise WorkflowError(str(exc))
 
 
 # `arm` names one of the two arms this run resolved to (the run config's block resolved).

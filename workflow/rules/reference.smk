@@ -1,6 +1,3 @@
-from int8alibi.workflow_support import llmcompressor_python, lock_param
-
-
 # llm-compressor's own W8A8 of the parent: the requant gate's independent reference. Only in the DAG
 # when the config names no committed checkpoint (model.checkpoint), which is the reference otherwise.
 # The job runs in llm-compressor's environment, not Snakemake's: its virtualenv (./bootstrap), or
