@@ -163,7 +163,7 @@ def test_flipping_exploratory_reruns_every_stage_that_records_it(finished_run: P
         assert manifest["exploratory"] is False, stage
     dry = snakemake(finished_run, "-n", "--config", "exploratory=true")
     assert scheduled_jobs(dry.stdout) == readers | {"report", "report_figures", "all"}, dry.stdout
-    assert "config_exploratory" in dry.stdout, dry.stdout
+    assert "before: 'config exploratory: false' now: 'config exploratory: true'" in dry.stdout + dry.stderr, dry.stdout
 
 
 def test_forced_rerun_is_byte_identical(finished_run: Path) -> None:
