@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from int8alibi.stage_needs import SOURCE_ROLES, STAGES, UNDIGESTED_KEYS
+from int8alibi.stage_needs import READS_LINE, SOURCE_ROLES, STAGES, UNDIGESTED_KEYS, never_read
 from int8alibi.workflow_support import source_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,3 +59,13 @@ def test_rules_keep_no_list_of_config_keys_checkpoints_or_threads_of_their_own()
                if re.match(r"\s*threads: \d", line)]
     assert literal == [("faults.smk", "        threads: 1"), ("report_figures.smk", "    threads: 1")]
     assert not any('"pow2-nearest"' in text for text in rules.values())
+
+
+def test_a_declared_key_no_job_read_is_found_in_the_logs() -> None:
+    """The slow DAG test reads the logs of a finished run with this; here a planted over-declaration."""
+    generate_1 = "x INFO " + READS_LINE % ("generate", "device, model, size_profile", "none")
+    generate_2 = "x INFO " + READS_LINE % ("generate", "device, model, results", "size_profile")
+    assert never_read([generate_1, generate_2, "unrelated line"]) == {"generate": []}
+    prediction = "x INFO " + READS_LINE % ("prediction", "none", "device")
+    assert never_read([prediction, "x INFO " + READS_LINE % ("not-a-stage", "none", "none")]) == \
+        {"prediction": ["device"]}

@@ -9,6 +9,8 @@ Planning reads this module on every invocation, dry runs included: it imports no
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .portable import FORWARD_THREADS
@@ -69,3 +71,18 @@ def needs(stage: str) -> StageNeeds:
         return STAGES[stage]
     except KeyError:
         raise KeyError(f"stage {stage!r} is not in int8alibi.stage_needs.STAGES") from None
+
+
+# The line a stage's log ends with (``int8alibi.stages.log_reads``).
+READS_LINE = "%s: config keys read: %s; declared, not read in this run: %s"
+_READS = re.compile(r"(\w+): config keys read: ([^;\n]*); declared, not read in this run: ")
+
+
+def never_read(logs: Iterable[str]) -> dict[str, list[str]]:
+    """``{stage: declared keys}`` that no job of the stage read, over the logs of a run's jobs; a stage
+    with no log in them is left out (it did not run)."""
+    read: dict[str, set[str]] = {}
+    for text in logs:
+        for stage, keys in _READS.findall(text):
+            read.setdefault(stage, set()).update(k for k in keys.split(", ") if k != "none")
+    return {stage: sorted(set(STAGES[stage].config) - keys) for stage, keys in read.items() if stage in STAGES}

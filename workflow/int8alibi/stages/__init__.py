@@ -24,7 +24,7 @@ from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG
 from ..provenance.transaction import stage_transaction
-from ..stage_needs import STAGES, UNDIGESTED_KEYS, StageNeeds
+from ..stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 
 log = logging.getLogger("int8alibi")
 
@@ -71,8 +71,7 @@ def read_scope(stage: str) -> ReadScope:
 
 def log_reads(scope: ReadScope) -> None:
     """The config keys the stage read, in its log (not an output); a read the scope refused, as an error."""
-    log.info("%s: config keys read: %s; declared, not read in this run: %s", scope.stage,
-             ", ".join(sorted(scope.read)) or "none", ", ".join(scope.unread) or "none")
+    log.info(READS_LINE, scope.stage, ", ".join(sorted(scope.read)) or "none", ", ".join(scope.unread) or "none")
     if scope.undeclared:
         raise ConfigScopeError(f"stage {scope.stage} read config keys its rule does not digest: "
                                f"{', '.join(sorted(scope.undeclared))} (add them in int8alibi.stage_needs.STAGES)")
