@@ -29,7 +29,6 @@ from ..stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 log = logging.getLogger("int8alibi")
 
 
-
 def _module_name(run: Callable[..., None]) -> str:
     """The stage's importable module name, also when it runs as ``python -m`` (``__main__``)."""
     if run.__module__ != "__main__":
