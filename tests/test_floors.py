@@ -10,7 +10,7 @@ from int8alibi.floors import Rates, Work, Workload, stage_work
 from int8alibi.model.size import ModelSize
 from int8alibi.protocol import load
 from int8alibi.engines import generation
-from int8alibi.quant import gate as requant_gate
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 SIZE = ModelSize(blocks=1, hidden=16, intermediate=32, heads=2, kv_heads=1, head_dim=8, vocab=64, tied=True)
 LOAD = Workload(prefill_tokens=4, prompts=2, new_tokens=3, windows=2, window_tokens=8, replay_windows=1,
@@ -56,6 +56,6 @@ def test_workload_from_the_protocol_and_the_stage_constants():
     assert w.cells_per_layer == protocol.faults["cells_per_layer"]
     with pytest.raises(InputError, match="size profile 'huge'"):
         Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, "huge")
-    assert floors.CHECKPOINTS == len(requant_gate.CHECKPOINT_NAMES) == len(generation.CHECKPOINTS)
+    assert floors.CHECKPOINTS == len(CHECKPOINT_VARIANTS)
     assert floors.CAPTURED_CHECKPOINTS == len(capture.CHECKPOINTS) and len(capture.PHASES) == 2
-    assert floors.GENERATE_RUNS == len(generation.RUNS) and floors.PERPLEXITY_MODELS == len(perplexity.ARMS)
+    assert floors.GENERATE_RUNS == len(generation.RUNS) and floors.PERPLEXITY_MODELS == len(perplexity.MODELS)

@@ -24,7 +24,8 @@ from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.stages.determinism import agreement, read_artifact, run as determinism
-from int8alibi.engines.generation import CHECKPOINTS, TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
+from int8alibi.engines.generation import TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["exact-cutlass-order", "exact-triton-order"]
@@ -61,7 +62,7 @@ def write_artifact(runs: Path, identity: Identity, seqs: list[list[int]]) -> Non
 
 def fill(runs: Path, seqs: dict[tuple[str, str, int], list[list[int]]] | None = None) -> None:
     for arm in ARMS:
-        for c in CHECKPOINTS:
+        for c in CHECKPOINT_VARIANTS:
             for k in (1, 2):
                 default = [[5, 6, 7, 8], [9, 9, 9, 9]]
                 write_artifact(runs, base_identity(arm, c, k), (seqs or {}).get((arm, c, k), default))

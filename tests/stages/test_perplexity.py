@@ -19,7 +19,7 @@ from int8alibi.protocol import load
 from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.stages.perplexity import ARMS, _gate, analyse
+from int8alibi.stages.perplexity import MODELS, _gate, analyse
 from int8alibi.stages.perplexity import run as perplexity_stage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def offsets(**per_token: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
     rng = np.random.default_rng(3)
     tokens = rng.integers(20, 40, size=WINDOWS)
     own = tokens * rng.uniform(1.5, 3.0, size=WINDOWS)
-    return {arm: own + per_token.get(arm, 0.0) * tokens for arm in ARMS}, tokens
+    return {arm: own + per_token.get(arm, 0.0) * tokens for arm in MODELS}, tokens
 
 
 def by_quantity(frame: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -200,8 +200,8 @@ def test_tiny_model_windows_follow_the_rule_and_scores_match_an_independent_comp
     cfg, out, _ = scored
     profile = load(ROOT / "preregistration").size_profile("tiny")
     frame = read_table(out / "windows.parquet")
-    assert sorted(set(frame["arm"])) == sorted(ARMS)
-    assert len(frame) == len(ARMS) * profile["windows"]
+    assert sorted(set(frame["arm"])) == sorted(MODELS)
+    assert len(frame) == len(MODELS) * profile["windows"]
     assert set(frame["tokens"]) == {profile["window_tokens"] - 1}
     assert np.allclose(frame["nll_mean"], frame["nll_sum"] / frame["tokens"], rtol=0, atol=0)
 
@@ -216,7 +216,7 @@ def test_tiny_model_windows_follow_the_rule_and_scores_match_an_independent_comp
             logits = model(input_ids=cut[w:w + 1]).logits[0, :-1].float()
             reference = torch.nn.functional.cross_entropy(logits, cut[w, 1:], reduction="sum").item()
             assert parent["nll_sum"].iloc[w] == pytest.approx(reference, rel=1e-5)
-    by_arm = {a: frame[frame["arm"] == a].sort_values("window")["nll_sum"].to_numpy() for a in ARMS}
+    by_arm = {a: frame[frame["arm"] == a].sort_values("window")["nll_sum"].to_numpy() for a in MODELS}
     assert not np.array_equal(by_arm["parent"], by_arm["own"])          # the W8A8 layers really ran
     assert not np.array_equal(by_arm["probe"], by_arm["pow2-nearest"])  # the probe is its own checkpoint
 
@@ -227,22 +227,22 @@ def test_tiny_model_summary_is_complete_and_runs_are_byte_identical(scored: tupl
     for name in ("windows.parquet", "summary.parquet"):
         assert sha256_file(first / name) == sha256_file(second / name)
     rows = by_quantity(read_table(first / "summary.parquet"))
-    assert {arm for q, arm in rows if q == "perplexity"} == set(ARMS)
-    assert {arm for q, arm in rows if q == "relative_change_vs_own"} == set(ARMS) - {"own"}
-    for arm in set(ARMS) - {"own"}:
+    assert {arm for q, arm in rows if q == "perplexity"} == set(MODELS)
+    assert {arm for q, arm in rows if q == "relative_change_vs_own"} == set(MODELS) - {"own"}
+    for arm in set(MODELS) - {"own"}:
         r = rows[("relative_change_vs_own", arm)]
         assert r["low"] <= r["value"] <= r["high"] or r["low"] is None
     # H1 and G1 recomputed from the per-window NLLs, independently of the stage's statistics code:
     # the pinned resampling (PCG64 seeded by analysis.yaml, one draw of [resamples, windows] indices),
     # perplexity over the resampled windows' tokens, numpy's linear quantiles.
     windows = read_table(first / "windows.parquet")
-    by_arm = {a: windows[windows["arm"] == a].sort_values("window") for a in ARMS}
+    by_arm = {a: windows[windows["arm"] == a].sort_values("window") for a in MODELS}
     tokens = by_arm["own"]["tokens"].to_numpy(dtype=np.float64)
     sums = {a: f["nll_sum"].to_numpy() for a, f in by_arm.items()}
-    ppl = {a: math.exp(sums[a].sum() / tokens.sum()) for a in ARMS}
+    ppl = {a: math.exp(sums[a].sum() / tokens.sum()) for a in MODELS}
     boot = ANALYSIS["bootstrap"]
     idx = np.random.Generator(np.random.PCG64(boot["seed"])).integers(0, len(tokens), size=(boot["resamples"], len(tokens)))
-    boot_ppl = {a: np.exp(sums[a][idx].sum(axis=1) / tokens[idx].sum(axis=1)) for a in ARMS}
+    boot_ppl = {a: np.exp(sums[a][idx].sum(axis=1) / tokens[idx].sum(axis=1)) for a in MODELS}
     diff = (boot_ppl["pow2-ceiling"] - boot_ppl["pow2-nearest"]) / boot_ppl["own"]
     low, high = np.quantile(diff, [0.05, 0.95])
     h1 = rows[("hypothesis:H1", "pow2-ceiling")]

@@ -12,7 +12,7 @@ from int8alibi.config import Config
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.engines.generation import CHECKPOINTS
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.stages.prefill_decode import (
     DIVERGENCE_SCHEMA,
     SUMMARY_SCHEMA,
@@ -68,8 +68,8 @@ def test_tiny_model_tables_cover_every_checkpoint_and_arm_and_agree_with_each_ot
     table = read_table(out / "prefill_decode.parquet", SUMMARY_SCHEMA)
     seqs = read_table(out / "first_divergence.parquet", DIVERGENCE_SCHEMA)
     profile = load(ROOT / "preregistration").size_profile("tiny")
-    assert sorted(zip(table["checkpoint"], table["arm"])) == sorted((c, a) for c in CHECKPOINTS for a in ARMS)
-    assert len(seqs) == len(CHECKPOINTS) * len(ARMS) * int(profile["prompts"])
+    assert sorted(zip(table["checkpoint"], table["arm"])) == sorted((c, a) for c in CHECKPOINT_VARIANTS for a in ARMS)
+    assert len(seqs) == len(CHECKPOINT_VARIANTS) * len(ARMS) * int(profile["prompts"])
     assert (seqs["positions"] == int(profile["new_tokens"])).all()
     # a sequence diverges exactly when some position's logits differ, and then it is attributed
     assert (seqs["diverged"] == (seqs["differing_positions"] > 0)).all()
@@ -86,4 +86,4 @@ def test_tiny_model_tables_cover_every_checkpoint_and_arm_and_agree_with_each_ot
     manifest = load_manifest(out / "manifest.json")
     assert {Path(o["path"]).name for o in manifest["outputs"]} >= {"prefill_decode.parquet",
                                                                               "first_divergence.parquet"}
-    assert manifest["params"]["checkpoints"] == list(CHECKPOINTS) and manifest["params"]["kernel_arms"] == ARMS
+    assert manifest["params"]["checkpoints"] == list(CHECKPOINT_VARIANTS) and manifest["params"]["kernel_arms"] == ARMS

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from int8alibi.config import Config
 from int8alibi.errors import GateError, InputError, ProtocolError
 from int8alibi.quant.compressed_tensors import load_checkpoint
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.stages import requant
 from int8alibi.quant import gate as requant_gate
 
@@ -51,7 +52,7 @@ def passed(tmp_path_factory) -> Path:
 
 def test_gate_passes_on_llm_compressor_checkpoint(passed: Path):
     table = pd.read_parquet(passed / "gate.parquet")
-    assert len(table) == 14 * 4 and set(table.arm) == set(requant_gate.CHECKPOINT_NAMES)
+    assert len(table) == 14 * 4 and set(table.arm) == set(CHECKPOINT_VARIANTS)
     own = table[table.arm == "own"]
     label = requant.committed_reference(FIXTURE / "quantized").label
     assert label.startswith(f"committed {FIXTURE / 'quantized'} (files sha256 ")

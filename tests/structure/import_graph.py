@@ -31,7 +31,7 @@ STAGES = f"{PACKAGE_NAME}.stages"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", (  # no science: errors, text, files, hashes, YAML, the config, the device
         "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "portable",
-        "arm_names", "definitions", "run_lock", "provenance", "provenance.hashing", "provenance.atomic",
+        "arm_names", "definitions", "stage_needs", "run_lock", "provenance", "provenance.hashing", "provenance.atomic",
         "provenance.parquet", "provenance.transaction", "provenance.code")),
     ("arith and protocol", ("arith", "protocol")),
     ("provenance", (  # a run's records: they record (and audit re-checks) the protocol in force
@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "bitwise_prediction", "layer_comparison", "report", "crossmodel")),
     ("tools", (  # what runs the domain: the stage runner, commands, benchmarks, the workflow's helpers
         "runtime", "cli", "bench", "conform", "synthetic_compare", "kernels.validate_gpu", "protocol.amend",
-        "workflow_support", "carry")),
+        "workflow_support", "workflow_plan", "rule_commands", "carry")),
     ("stages", ("stages",)),
 )
 

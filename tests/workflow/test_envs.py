@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from int8alibi.workflow_plan import software_env
+
 from .conftest import PROJECT
 
 ENVS = PROJECT / "envs"
@@ -95,6 +97,9 @@ def test_every_rule_names_an_existing_conda_environment() -> None:
         text = smk.read_text()
         heads = re.findall(r"^\s*(?:rule|checkpoint) \w+:", text, re.M)
         assert text.count("    conda:\n") == len(heads) and text.count("benchmark:") == len(heads), smk.name
-    common = (rules / "common.smk").read_text()
-    for path in re.findall(r'"(\.\./\.\./envs/\w+\.yaml)"', common):
+    literal = [path for smk in rules.glob("*.smk") for path in re.findall(r'"(\.\./\.\./envs/\w+\.yaml)"',
+                                                                           smk.read_text())]
+    chosen = [software_env({"resolved": {"device": device}}, gpu) for device in ("cpu", "cuda") for gpu in (False, True)]
+    assert set(chosen) == {"../../envs/cpu.yaml", "../../envs/gpu.yaml"} and literal
+    for path in [*literal, *chosen]:
         assert (rules / path).resolve().is_file(), path

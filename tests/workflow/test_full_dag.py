@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from int8alibi.protocol import STAGE_FILES
+from int8alibi.stage_needs import STAGES, never_read
 
 from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project, scheduled_jobs
 
@@ -132,6 +133,31 @@ def test_a_changed_model_file_reruns_model_and_its_descendants_only(finished_run
                                           "compare", "faults", "generate", "determinism", "prefill_decode",
                                           "perplexity", "tokens", "report", "report_figures", "all"}, dry.stdout
     assert "params have changed since last execution:\n        model" in dry.stdout, dry.stdout
+
+
+def test_every_stage_read_each_config_key_its_rule_digests(finished_run: Path) -> None:
+    """Each stage ran under the scope of its declared keys (a read outside it stops the job, so the
+    finished run is the check of that side) and logged what it read: every declared key was read by
+    some job of its stage, so no rule reruns a stage for a key it does not read."""
+    unread = never_read(log.read_text() for log in sorted((finished_run / "logs").rglob("*.log")))
+    # not in the default DAG of a CPU run: the K sweep (GPU only) and the cross-model view
+    assert set(unread) == set(STAGES) - {"ksweep", "crossmodel"}
+    assert not STAGES["ksweep"].config and not STAGES["crossmodel"].config
+    assert all(keys == [] for keys in unread.values()), unread
+
+
+def test_flipping_exploratory_reruns_every_stage_that_records_it(finished_run: Path) -> None:
+    """Every stage whose manifest records the run's exploratory flag digests it: flipping it schedules
+    exactly those stages and the report after them."""
+    snakemake(finished_run)
+    readers = {stage for stage, needs in STAGES.items() if "exploratory" in needs.config}
+    assert readers == {"protocol", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens"}
+    for stage in readers:
+        manifest = json.loads((finished_run / "results" / stage / "manifest.json").read_text())
+        assert manifest["exploratory"] is False, stage
+    dry = snakemake(finished_run, "-n", "--config", "exploratory=true")
+    assert scheduled_jobs(dry.stdout) == readers | {"report", "report_figures", "all"}, dry.stdout
+    assert "before: 'config exploratory: false' now: 'config exploratory: true'" in dry.stdout + dry.stderr, dry.stdout
 
 
 def test_forced_rerun_is_byte_identical(finished_run: Path) -> None:

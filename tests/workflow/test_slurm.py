@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.engines.generation import CHECKPOINTS, RUNS
+from int8alibi.engines.generation import RUNS
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 from . import slurm_cluster
 from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project
@@ -190,7 +191,7 @@ def test_every_non_local_job_went_through_sbatch(cluster, cluster_run) -> None:
     # the plugin names every job of one run by its run id
     assert len(names) == 1, names
     generate = [j for j, (rule, _) in jobs.items() if rule == "generate"]
-    assert len(generate) == 2 * len(CHECKPOINTS) * len(RUNS)  # two arms x every checkpoint x two runs
+    assert len(generate) == 2 * len(CHECKPOINT_VARIANTS) * len(RUNS)  # two arms x every checkpoint x two runs
 
 
 def test_the_fault_shards_ran_as_parallel_jobs(cluster, cluster_run) -> None:

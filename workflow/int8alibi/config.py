@@ -19,14 +19,14 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
 from . import parse_cache, strict_yaml
-from .errors import InputError
+from .errors import ConfigScopeError, InputError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 # The block the pipeline writes into the run config when it plans a run (never set by hand).
@@ -36,31 +36,85 @@ CURRENT = "current"
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
+class ReadScope:
+    """The config keys one stage may read (``int8alibi.stage_needs``), and those it did read.
+
+    Its rule reruns the stage when one of the allowed keys changes and for no other: a stage that
+    reads any other key would keep outputs made under a value that no longer holds, so reading one
+    raises ``ConfigScopeError`` at once; ``undeclared`` keeps it too, should code catch the error.
+    """
+
+    def __init__(self, stage: str, allowed: Iterable[str], free: Iterable[str] = ()) -> None:
+        self.stage = stage
+        self.allowed = frozenset(allowed)
+        self.free = frozenset(free)
+        self.read: set[str] = set()
+        self.undeclared: set[str] = set()
+
+    def note(self, key: str) -> None:
+        if key in self.allowed or key in self.free:
+            self.read.add(key)
+            return
+        self.undeclared.add(key)
+        raise ConfigScopeError(f"stage {self.stage} read config key {key!r}, which its rule does not digest (so "
+                               f"changing it would not rerun the stage): add it to the stage's config keys in "
+                               f"int8alibi.stage_needs.STAGES (it reads: {', '.join(sorted(self.allowed)) or 'none'})")
+
+    @property
+    def unread(self) -> list[str]:
+        """Declared keys this run did not read (a branch not taken, or a declaration to drop)."""
+        return sorted(self.allowed - self.read)
+
+
 @dataclass(frozen=True)
 class Config:
-    """A validated configuration plus the file it came from."""
+    """A validated configuration plus the file it came from.
+
+    Stages read keys through ``[]``, ``get`` and the properties below, never through ``data``: with
+    a ``scope`` (``scoped``), each read is checked against the keys the stage's rule digests.
+    ``resolution`` counts as reading ``device`` and ``arms`` (the block stands for both),
+    ``resolved_device`` as ``device``, ``resolved_arms`` as ``arms``.
+    """
 
     data: Mapping[str, Any]
     path: Path
+    scope: ReadScope | None = field(default=None, compare=False, repr=False)
+
+    def scoped(self, scope: ReadScope) -> Config:
+        """This config, letting its reader see only the keys ``scope`` allows."""
+        return replace(self, scope=scope)
+
+    def _note(self, *keys: str) -> None:
+        if self.scope is not None:
+            for key in keys:
+                self.scope.note(key)
 
     def __getitem__(self, key: str) -> Any:
+        self._note(key)
         return self.data[key]
 
     def get(self, key: str, default: Any = None) -> Any:
+        self._note(key)
         return self.data.get(key, default)
 
     @property
     def exploratory(self) -> bool:
+        self._note("exploratory")
         return bool(self.data["exploratory"])
 
     @property
     def results(self) -> Path:
         """The results folder: ``results`` (relative), under ``results_root`` when the config names one."""
+        self._note("results", "results_root")
         return Path(results_location(self.data))
 
     @property
     def resolution(self) -> Mapping[str, Any] | None:
         """The ``resolved`` block of a run config (device, arms, reason, host), or None for a user config."""
+        self._note("device", "arms")
+        return self._resolution()
+
+    def _resolution(self) -> Mapping[str, Any] | None:
         block = self.data.get(RESOLVED)
         if block is None:
             return None
@@ -76,7 +130,8 @@ class Config:
     @property
     def resolved_device(self) -> str:
         """``cpu`` or ``cuda``: the run's device as resolved once when the run was planned (or as named)."""
-        block = self.resolution
+        self._note("device")
+        block = self._resolution()
         if block is not None:
             return str(block["device"])
         if self.data["device"] == "auto":
@@ -95,7 +150,8 @@ class Config:
     @property
     def resolved_arms(self) -> list[str]:
         """The two arm names of the run, as resolved once when the run was planned (or as named)."""
-        block = self.resolution
+        self._note("arms")
+        block = self._resolution()
         if block is not None:
             return [str(a) for a in block["arms"]]
         if self.data["arms"] == "auto":

@@ -23,3 +23,7 @@ class GateError(Int8AlibiError):
 
 class DiskFullError(Int8AlibiError):
     """A write failed because the filesystem is full (ENOSPC); nothing partial was left behind."""
+
+
+class ConfigScopeError(Int8AlibiError):
+    """A stage read a config key that its rule does not digest (``int8alibi.stage_needs``)."""

@@ -17,12 +17,13 @@ from typing import Any, Mapping
 
 from .errors import InputError
 from .model.size import ModelSize
+from .quant.variants import CHECKPOINT_VARIANTS
 
-CHECKPOINTS = 4  # requant writes own, pow2-nearest, pow2-ceiling, probe; generate runs each
+CHECKPOINTS = len(CHECKPOINT_VARIANTS)  # requant writes each; generate runs each
 CAPTURED_CHECKPOINTS = 2  # capture: own and pow2-nearest, each for the prefill tile and one decode step
 ARMS = 2
 GENERATE_RUNS = 2  # determinism: every (arm, checkpoint) generated twice
-PERPLEXITY_MODELS = 5  # the parent and the four checkpoints
+PERPLEXITY_MODELS = 1 + CHECKPOINTS  # the parent and every checkpoint
 TOKENS_REGIMES = 2  # own and pow2 replay, both arms
 ROUND_TRIP_TOKENS = 32  # the model stage's save/reload logits check, one forward per copy
 

@@ -15,15 +15,13 @@ checkpoint capture:
         f"{BENCHMARKS}/capture.tsv"
     conda:
         software_env(gpu_capable=True)
-    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
-    # Snakemake runs such jobs side by side instead
-    threads: 1
+    threads: stage_threads("capture")
     resources:
         mem_mb=RESOURCES["capture"].mem_mb,
         runtime=RESOURCES["capture"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["capture"].gpu_mem_mb,
     params:
-        **stage_params("capture", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
+        **stage_params("capture"),
     shell:
         stage_cmd("capture", f"{RESULTS}/capture", "--input gate={input.gate}") + " 2> {log:q}"

@@ -1,10 +1,11 @@
-# Set-up shared by every rule: config validation, the fail-closed protocol gate, the run config
-# (expanded, resolved once), the digests that decide reruns, and every helper function the rule files
-# use (they hold rules only). No stage logic lives here; each stage is int8alibi.stages.<stage>.
-import glob
+# Set-up shared by every rule, and every helper function the rule files use (they hold rules only).
+# The Python behind it lives in the package, tested there: the config check, the protocol gate, the
+# run config and the run's folders, targets and job environments (int8alibi.workflow_plan), the
+# params that decide reruns (int8alibi.workflow_support) from what each stage reads
+# (int8alibi.stage_needs), and the quoted commands (int8alibi.rule_commands). What stays here needs
+# Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -21,28 +22,22 @@ apply_to_environ()
 from int8alibi.progress import quiet_bars
 
 quiet_bars()
-from int8alibi import parse_cache, strict_yaml
-from int8alibi.config import (
-    check_bounded,
-    command_line_booleans,
-    earlier_plan,
-    expand_env,
-    results_dir,
-    run_config_path,
-    validate,
-    write_run_config,
-)
+from int8alibi import parse_cache, workflow_plan
+from int8alibi.config import write_run_config
 from int8alibi.errors import Int8AlibiError
-from int8alibi.protocol import STAGE_FILES, gate
-from int8alibi.resolve import plan
+from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
+from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.resources import plan_resources
+from int8alibi.rule_commands import q, qpath, stage_cmd
+from int8alibi.stage_needs import STAGES
 from int8alibi.workflow_support import (
     CODE_CACHE,
     environment_params,
     job_python,
+    llmcompressor_python,
+    lock_param,
     rerun_params,
-    shard_ranges,
     source_digests,
     use_gpu,
 )
@@ -59,25 +54,18 @@ def _stop(exc):
     raise SystemExit(1)
 
 
-# Snakemake has already loaded the config files with its own YAML loader; read each again strictly
-# (no anchors/aliases, no duplicate keys, bounded size: int8alibi.strict_yaml) before trusting `config`.
+# The config Snakemake loaded, read again strictly and validated, its results folder (inside the
+# checkout, or under --config results_root=/abs) and the fail-closed protocol gate
+# (int8alibi.workflow_plan.checked_config).
 try:
-    for _configfile in workflow.configfiles:
-        strict_yaml.read(_configfile)
-    check_bounded(config, "config (after --configfile/--config)")
-    command_line_booleans(config, workflow.config_settings.overwrite_config)
-    validate(config, "config (after --configfile/--config)")
-    # a relative path inside the checkout (symlinks resolved), or under --config results_root=/abs
-    RESULTS = results_dir(config, ROOT, "config (after --configfile/--config)")
-    GATE = gate(ROOT)
-    GATE.protocol.size_profile(config["size_profile"])  # the named profile exists in analysis.yaml
+    RESULTS, GATE = workflow_plan.checked_config(
+        config, workflow.configfiles, workflow.config_settings.overwrite_config, ROOT
+    )
 except Int8AlibiError as exc:
     _stop(exc)
 
 # One results folder per config (results/, results/qwen3-8b, ...): logs and benchmarks follow it.
-_RUN = [] if config.get("results", "results") == "results" else [Path(RESULTS).name]
-LOGS = Path("logs", *_RUN).as_posix()
-BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
+LOGS, BENCHMARKS = workflow_plan.side_folders(config, RESULTS)
 
 # The run config the stages read: the config file + --config overrides, environment variables
 # expanded, and the `resolved` block (device and arms decided once, with the reason and the host).
@@ -89,18 +77,16 @@ BENCHMARKS = Path("benchmarks", *_RUN).as_posix()
 # as {params.run_config:q} (stage_params below): the printed command holds the relative path and
 # runs as printed, while neither the rule's text nor its compared params change with it (what a
 # stage reads from the config reruns it through its `config_*` params); each stage logs the path.
-_EXPANDED, _UNSET = expand_env(config)
-if _UNSET:
-    sys.stderr.write(
-        "int8alibi: environment variable not set: " + ", ".join(_UNSET) + "; the value stays as written and "
-        "every job of this run stops until it is set\n"
-    )
 try:
-    RUN_CONFIG = run_config_path(RESULTS, _EXPANDED)
-    RUN = plan(_EXPANDED, earlier_plan(RUN_CONFIG, RESULTS, _EXPANDED))
-    validate(RUN, RUN_CONFIG)
+    _PLAN = workflow_plan.run_plan(config, RESULTS)
 except Int8AlibiError as exc:
     _stop(exc)
+if _PLAN.unset:
+    sys.stderr.write(
+        "int8alibi: environment variable not set: " + ", ".join(_PLAN.unset) + "; the value stays as written "
+        "and every job of this run stops until it is set\n"
+    )
+RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
 # The interpreter commands name, as {params.python:q} (int8alibi.workflow_support.job_python).
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 PYTHON = job_python(CONDA, Path.cwd())
@@ -116,7 +102,10 @@ onstart:
         _stop(exc)
 
 
-ARMS = list(RUN["resolved"]["arms"])
+# The two kernel arms this run resolved to (the `arm` wildcard of the generate jobs).
+KERNEL_ARMS = list(RUN["resolved"]["arms"])
+# own or vllm, resolved once when the run was planned (int8alibi.resolve.resolve_engine)
+ENGINE = RUN["resolved"]["engine"]
 
 # Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support), one readable param
 # each: the code a stage can run (by syntax tree: comments and docstrings rerun nothing), the config
@@ -143,15 +132,23 @@ def save_plan_caches():
     parse_cache.save()
 
 
-def stage_params(stage, keys=(), sources=(), environment=None):
+def stage_params(stage, environment=None):
     """A stage rule's params, given as `**stage_params(...)` beside the rule's own: the rerun params
-    (int8alibi.workflow_support.rerun_params; `sources` names roles of SOURCES: parent, checkpoint,
-    corpus), and the interpreter and run config its command names. Those two are functions of the
-    job's output, which Snakemake does not compare between runs (its "derived" params): they change
-    with where the environment lives and with every config key, and a job reruns only for what it reads."""
-    sources = {role: SOURCES[role] for role in sources}
-    params = rerun_params(stage, RUN, CODE, keys, sources, ENVIRONMENT if environment is None else environment)
+    (int8alibi.workflow_support.rerun_params: the stage's code, and the config keys and source files
+    that int8alibi.stage_needs says it reads), and the interpreter and run config its command names.
+    Those two are functions of the job's output, which Snakemake does not compare between runs (its
+    "derived" params): they change with where the environment lives and with every config key, and a
+    job reruns only for what it reads."""
+    needs = STAGES[stage]
+    sources = {role: SOURCES[role] for role in needs.sources}
+    params = rerun_params(stage, RUN, CODE, needs.config, sources, ENVIRONMENT if environment is None else environment)
     return {**params, "python": lambda wildcards, output: PYTHON, "run_config": lambda wildcards, output: RUN_CONFIG}
+
+
+def stage_threads(stage):
+    """The rule's `threads:` (int8alibi.stage_needs): one where the stage runs the model's float
+    forward pass on one intra-op thread for portable bytes, so Snakemake runs such jobs side by side."""
+    return STAGES[stage].threads
 
 
 def protocol_files(stage):
@@ -159,39 +156,9 @@ def protocol_files(stage):
     return [f"preregistration/{name}" for name in STAGE_FILES[stage]]
 
 
-# Snakemake placeholders a command may hold; each is given the `:q` (shell-quote) format.
-_PLACEHOLDER = re.compile(r"\{((?:input|output|params|wildcards|log|resources)(?:\.\w+)?)\}")
-
-
-def q(text):
-    """A command fragment with every placeholder shell-quoted (`{input.x}` becomes `{input.x:q}`)."""
-    return _PLACEHOLDER.sub(r"{\1:q}", text)
-
-
-def qpath(path):
-    """A path for a command: literal parts quoted with shlex.quote, placeholders with `:q`."""
-    parts = _PLACEHOLDER.split(path)  # literal, placeholder, literal, ...
-    return "".join(q(f"{{{part}}}") if i % 2 else shlex.quote(part) if part else "" for i, part in enumerate(parts))
-
-
-def stage_cmd(stage, out, extra="", python="{params.python:q}"):
-    """The one-line command of a stage, relative paths only; `python` names another interpreter for
-    one running in its own environment (reference.smk).
-
-    Every value is shell-quoted: `out` by `qpath`, the placeholders of `extra` by `q` (any other
-    value goes into `extra` through `qpath`, e.g. `f"--input results={qpath(RESULTS)}"`, or as a
-    param), and the run config as {params.run_config:q} (stage_params). Append the log as `" 2> {log:q}"`.
-    """
-    return (
-        f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} {q(extra)}".rstrip()
-    )
-
-
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
-STAGES_IN_RUN = ["protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens"]
-STAGES_IN_RUN += ["ksweep"] if use_gpu(RUN) else []
-REPORT_INPUTS = [f"{RESULTS}/{stage}/manifest.json" for stage in STAGES_IN_RUN]
+REPORT_INPUTS = workflow_plan.report_inputs(RESULTS, RUN)
 
 
 def final_targets():
@@ -212,25 +179,43 @@ def deleted_with(**paths):
     may be a glob, each match declared), else nothing."""
     if not DELETING:
         return {}
-    out = {}
-    for name, pattern in paths.items():
-        for i, path in enumerate(sorted(glob.glob(pattern))):
-            out[f"{name}_{i}"] = directory(path) if os.path.isdir(path) else path
-    return out
+    found = workflow_plan.deleted_paths(paths)
+    return {name: directory(path) if folder else path for name, (path, folder) in found.items()}
 
 
 def software_env(gpu_capable=False):
-    """The conda environment file (for `--sdm conda`, see envs/README.md) that a job runs in.
+    """The conda environment file a job runs in (int8alibi.workflow_plan.software_env)."""
+    return workflow_plan.software_env(RUN, gpu_capable)
 
-    The GPU set for a GPU-capable stage when the run's resolved device is CUDA, else the CPU lock;
-    the path is relative to the rule files."""
-    return "../../envs/gpu.yaml" if gpu_capable and use_gpu(RUN) else "../../envs/cpu.yaml"
+
+# The fault campaign's outputs, by output name: a run, its sharded gather and the smoke run write the
+# same set into their folder.
+FAULTS_FILES = {
+    "cells": "cells.parquet",
+    "scorecard": "scorecard.parquet",
+    "detection": "detection.parquet",
+    "ulp": "ulp_distribution.parquet",
+    "flips": "flips.parquet",
+    "totals": "totals.parquet",
+    "decisions": "decisions.parquet",
+    "manifest": "manifest.json",
+}
+
+
+def faults_outputs(folder, in_report=True):
+    """The campaign's outputs in `folder`; `in_report`: the scorecard and detection table go into
+    Snakemake's report, each with its caption in workflow/report/."""
+    out = {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
+    if in_report:
+        for name in ("scorecard", "detection"):
+            out[name] = report(out[name], caption=f"../report/faults_{name}.rst", category="Tables")
+    return out
 
 
 def faults_shard_dirs(wildcards):
     """The fault campaign's layer-range shard folders (config faults_shards > 1), known once capture ran."""
     index = checkpoints.capture.get().output.index
-    return [f"{RESULTS}/faults/shards/{a}_{b}" for a, b in shard_ranges(index, int(config["faults_shards"]))]
+    return workflow_plan.shard_dirs(RESULTS, index, int(config["faults_shards"]))
 
 
 def faults_shard_manifests(wildcards):
@@ -245,16 +230,12 @@ def faults_shard_args(wildcards):
 def crossmodel_reports(wildcards):
     """The report manifests of the runs `--config crossmodel=[...]` names; asked for only when the
     crossmodel job is in the DAG, so planning it without that list stops, saying what to give."""
-    runs = config.get("crossmodel") or []
-    if not runs:
-        raise WorkflowError(
-            "the cross-model view combines finished results folders, and none are named; give them as "
-            "snakemake crossmodel --config 'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]' "
-            "(each the `results` of its own config's run)"
-        )
-    return [f"{run}/report/manifest.json" for run in runs]
+    try:
+        return workflow_plan.crossmodel_manifests(config.get("crossmodel"))
+    except Int8AlibiError as exc:
+        raise WorkflowError(str(exc))
 
 
 # `arm` names one of the two arms this run resolved to (the run config's block resolved).
 wildcard_constraints:
-    arm="|".join(re.escape(arm) for arm in ARMS),
+    arm="|".join(re.escape(arm) for arm in KERNEL_ARMS),

@@ -17,14 +17,14 @@ rule compare:
         f"{BENCHMARKS}/compare.tsv"
     conda:
         software_env(gpu_capable=True)
-    threads: 2
+    threads: stage_threads("compare")
     resources:
         mem_mb=RESOURCES["compare"].mem_mb,
         runtime=RESOURCES["compare"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["compare"].gpu_mem_mb,
     params:
-        **stage_params("compare", ["arms", "device", "exploratory"]),
+        **stage_params("compare"),
         # the pinned prediction digest: a new pin reruns compare
         pin=GATE.data_pins.get("predictions", "unpinned"),
     shell:

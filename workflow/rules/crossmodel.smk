@@ -19,7 +19,7 @@ rule crossmodel:
         f"{BENCHMARKS}/crossmodel.tsv"
     conda:
         software_env()
-    threads: 1
+    threads: stage_threads("crossmodel")
     resources:
         mem_mb=2000,
     params:

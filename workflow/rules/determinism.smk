@@ -1,8 +1,3 @@
-CHECKPOINTS_GENERATED = ["own", "pow2-nearest", "pow2-ceiling", "probe"]
-# own or vllm, resolved once when the run was planned (int8alibi.resolve.resolve_engine)
-ENGINE = RUN["resolved"]["engine"]
-
-
 rule generate:
     """One greedy generation artifact: one arm, one checkpoint, one fresh process."""
     input:
@@ -16,20 +11,18 @@ rule generate:
     benchmark:
         f"{BENCHMARKS}/generate/{{arm}}_{{checkpoint}}_{{run}}.tsv"
     wildcard_constraints:
-        checkpoint="|".join(CHECKPOINTS_GENERATED),
+        checkpoint="|".join(CHECKPOINT_VARIANTS),
         run="[12]",
     conda:
         software_env(gpu_capable=True)
-    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
-    # Snakemake runs such jobs side by side instead
-    threads: 1
+    threads: stage_threads("generate")
     resources:
         mem_mb=RESOURCES["generate"].mem_mb,
         runtime=RESOURCES["generate"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["generate"].gpu_mem_mb,
     params:
-        **stage_params("generate", ["model", "size_profile", "corpus", "device"]),
+        **stage_params("generate"),
         engine=ENGINE,
     shell:
         stage_cmd(
@@ -47,8 +40,8 @@ rule determinism:
     input:
         runs=expand(
             f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet",
-            arm=ARMS,
-            checkpoint=CHECKPOINTS_GENERATED,
+            arm=KERNEL_ARMS,
+            checkpoint=CHECKPOINT_VARIANTS,
             run=[1, 2],
         ),
         protocol=protocol_files("determinism"),
@@ -67,11 +60,11 @@ rule determinism:
         f"{BENCHMARKS}/determinism.tsv"
     conda:
         software_env()
-    threads: 1
+    threads: stage_threads("determinism")
     resources:
         mem_mb=2000,
     params:
-        **stage_params("determinism", ["arms", "exploratory"]),
+        **stage_params("determinism"),
     shell:
         stage_cmd("determinism", f"{RESULTS}/determinism", f"--input runs={qpath(f'{RESULTS}/determinism/runs')}")
         + " 2> {log:q}"

@@ -6,36 +6,21 @@ if int(config.get("faults_shards", 1)) <= 1:
             capture_manifest=rules.capture.output.manifest,
             protocol=protocol_files("faults"),
         output:
-            cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=report(
-                update(f"{RESULTS}/faults/scorecard.parquet"),
-                caption="../report/faults_scorecard.rst",
-                category="Tables",
-            ),
-            detection=report(
-                update(f"{RESULTS}/faults/detection.parquet"),
-                caption="../report/faults_detection.rst",
-                category="Tables",
-            ),
-            ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
-            flips=update(f"{RESULTS}/faults/flips.parquet"),
-            totals=update(f"{RESULTS}/faults/totals.parquet"),
-            decisions=update(f"{RESULTS}/faults/decisions.parquet"),
-            manifest=update(f"{RESULTS}/faults/manifest.json"),
+            **faults_outputs(f"{RESULTS}/faults"),
         log:
             f"{LOGS}/faults.log",
         benchmark:
             f"{BENCHMARKS}/faults.tsv"
         conda:
             software_env(gpu_capable=True)
-        threads: 2
+        threads: stage_threads("faults")
         resources:
             mem_mb=RESOURCES["faults"].mem_mb,
             runtime=RESOURCES["faults"].runtime,
             gpu=use_gpu(RUN),
             gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
         params:
-            **stage_params("faults", ["device", "exploratory"]),
+            **stage_params("faults"),
         shell:
             stage_cmd("faults", f"{RESULTS}/faults", "--input operands={input.index}") + " 2> {log:q}"
 
@@ -63,14 +48,14 @@ else:
             stop=r"\d+",
         conda:
             software_env(gpu_capable=True)
-        threads: 2
+        threads: stage_threads("faults")
         resources:
             mem_mb=RESOURCES["faults_shard"].mem_mb,
             runtime=RESOURCES["faults_shard"].runtime,
             gpu=use_gpu(RUN),
             gpu_mem_mb=RESOURCES["faults_shard"].gpu_mem_mb,
         params:
-            **stage_params("faults", ["device", "exploratory"]),
+            **stage_params("faults"),
         shell:
             stage_cmd(
                 "faults",
@@ -83,28 +68,14 @@ else:
         input:
             shards=faults_shard_manifests,
         output:
-            cells=update(f"{RESULTS}/faults/cells.parquet"),
-            scorecard=report(
-                update(f"{RESULTS}/faults/scorecard.parquet"),
-                caption="../report/faults_scorecard.rst",
-                category="Tables",
-            ),
-            detection=report(
-                update(f"{RESULTS}/faults/detection.parquet"),
-                caption="../report/faults_detection.rst",
-                category="Tables",
-            ),
-            ulp=update(f"{RESULTS}/faults/ulp_distribution.parquet"),
-            flips=update(f"{RESULTS}/faults/flips.parquet"),
-            totals=update(f"{RESULTS}/faults/totals.parquet"),
-            decisions=update(f"{RESULTS}/faults/decisions.parquet"),
-            manifest=update(f"{RESULTS}/faults/manifest.json"),
+            **faults_outputs(f"{RESULTS}/faults"),
         log:
             f"{LOGS}/faults_gather.log",
         benchmark:
             f"{BENCHMARKS}/faults_gather.tsv"
         conda:
             software_env()
+        # the gather only concatenates the shards' tables
         threads: 1
         resources:
             mem_mb=8000,
@@ -123,27 +94,20 @@ rule faults_smoke:
         capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("faults"),
     output:
-        cells=update(f"{RESULTS}/faults_smoke/cells.parquet"),
-        scorecard=update(f"{RESULTS}/faults_smoke/scorecard.parquet"),
-        detection=update(f"{RESULTS}/faults_smoke/detection.parquet"),
-        ulp=update(f"{RESULTS}/faults_smoke/ulp_distribution.parquet"),
-        flips=update(f"{RESULTS}/faults_smoke/flips.parquet"),
-        totals=update(f"{RESULTS}/faults_smoke/totals.parquet"),
-        decisions=update(f"{RESULTS}/faults_smoke/decisions.parquet"),
-        manifest=update(f"{RESULTS}/faults_smoke/manifest.json"),
+        **faults_outputs(f"{RESULTS}/faults_smoke", in_report=False),
     log:
         f"{LOGS}/faults_smoke.log",
     benchmark:
         f"{BENCHMARKS}/faults_smoke.tsv"
     conda:
         software_env(gpu_capable=True)
-    threads: 2
+    threads: stage_threads("faults")
     resources:
         mem_mb=4000,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
     params:
-        **stage_params("faults", ["device", "exploratory"]),
+        **stage_params("faults"),
     shell:
         stage_cmd("faults", f"{RESULTS}/faults_smoke", "--input operands={input.index} --param layers=2")
         + " 2> {log:q}"

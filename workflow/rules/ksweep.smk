@@ -16,7 +16,7 @@ rule ksweep:
         f"{BENCHMARKS}/ksweep.tsv"
     conda:
         software_env(gpu_capable=True)
-    threads: 2
+    threads: stage_threads("ksweep")
     resources:
         mem_mb=RESOURCES["ksweep"].mem_mb,
         runtime=RESOURCES["ksweep"].runtime,

@@ -13,13 +13,13 @@ rule model:
         f"{BENCHMARKS}/model.tsv"
     conda:
         software_env()
-    threads: 2
+    threads: stage_threads("model")
     resources:
         mem_mb=RESOURCES["model"].mem_mb,
         runtime=RESOURCES["model"].runtime,
     params:
         # the source files by name, size and content (the GGUF in its package, or every file of the
         # Hugging Face directory): changing one reruns model and everything after it
-        **stage_params("model", ["model"], sources=["parent"]),
+        **stage_params("model"),
     shell:
         stage_cmd("model", f"{RESULTS}/model") + " 2> {log:q}"

@@ -19,15 +19,13 @@ rule perplexity:
         f"{BENCHMARKS}/perplexity.tsv"
     conda:
         software_env(gpu_capable=True)
-    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
-    # Snakemake runs such jobs side by side instead
-    threads: 1
+    threads: stage_threads("perplexity")
     resources:
         mem_mb=RESOURCES["perplexity"].mem_mb,
         runtime=RESOURCES["perplexity"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["perplexity"].gpu_mem_mb,
     params:
-        **stage_params("perplexity", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
+        **stage_params("perplexity"),
     shell:
         stage_cmd("perplexity", f"{RESULTS}/perplexity", "--input gate={input.gate}") + " 2> {log:q}"

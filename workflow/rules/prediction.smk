@@ -12,13 +12,13 @@ rule prediction:
         f"{BENCHMARKS}/prediction.tsv"
     conda:
         software_env(gpu_capable=True)
-    threads: 2
+    threads: stage_threads("prediction")
     resources:
         mem_mb=RESOURCES["prediction"].mem_mb,
         runtime=RESOURCES["prediction"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["prediction"].gpu_mem_mb,
     params:
-        **stage_params("prediction", ["device"]),
+        **stage_params("prediction"),
     shell:
         stage_cmd("prediction", f"{RESULTS}/prediction", "--input index={input.index}") + " 2> {log:q}"

@@ -18,15 +18,13 @@ rule prefill_decode:
         f"{BENCHMARKS}/prefill_decode.tsv"
     conda:
         software_env(gpu_capable=True)
-    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
-    # Snakemake runs such jobs side by side instead
-    threads: 1
+    threads: stage_threads("prefill_decode")
     resources:
         mem_mb=RESOURCES["prefill_decode"].mem_mb,
         runtime=RESOURCES["prefill_decode"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["prefill_decode"].gpu_mem_mb,
     params:
-        **stage_params("prefill_decode", ["model", "size_profile", "device", "arms"]),
+        **stage_params("prefill_decode"),
     shell:
         stage_cmd("prefill_decode", f"{RESULTS}/prefill_decode", "--input gate={input.gate}") + " 2> {log:q}"

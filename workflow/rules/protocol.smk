@@ -12,7 +12,7 @@ rule protocol:
         f"{BENCHMARKS}/protocol.tsv"
     conda:
         software_env()
-    threads: 1
+    threads: stage_threads("protocol")
     resources:
         mem_mb=1000,
     params:

@@ -1,6 +1,3 @@
-from int8alibi.workflow_support import llmcompressor_python, lock_param
-
-
 # llm-compressor's own W8A8 of the parent: the requant gate's independent reference. Only in the DAG
 # when the config names no committed checkpoint (model.checkpoint), which is the reference otherwise.
 # The job runs in llm-compressor's environment, not Snakemake's: its virtualenv (./bootstrap), or
@@ -22,13 +19,13 @@ rule reference_checkpoint:
         f"{BENCHMARKS}/reference.tsv"
     conda:
         "../../envs/llmcompressor.yaml"
-    threads: 2
+    threads: stage_threads("reference")
     resources:
         mem_mb=RESOURCES["reference_checkpoint"].mem_mb,
         runtime=RESOURCES["reference_checkpoint"].runtime,
     params:
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
-        **stage_params("reference", ["model"], environment=lock_param()),
+        **stage_params("reference", environment=lock_param()),
     shell:
         stage_cmd(
             "reference",

@@ -15,10 +15,10 @@ rule report:
         f"{BENCHMARKS}/report.tsv"
     conda:
         software_env()
-    threads: 1
+    threads: stage_threads("report")
     resources:
         mem_mb=2000,
     params:
-        **stage_params("report", ["model", "size_profile", "arms", "device"]),
+        **stage_params("report"),
     shell:
         stage_cmd("report", f"{RESULTS}/report", f"--input results={qpath(RESULTS)}") + " 2> {log:q}"

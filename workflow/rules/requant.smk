@@ -18,7 +18,7 @@ rule requant:
         f"{BENCHMARKS}/requant.tsv"
     conda:
         software_env(gpu_capable=True)
-    threads: 2
+    threads: stage_threads("requant")
     resources:
         mem_mb=RESOURCES["requant"].mem_mb,
         runtime=RESOURCES["requant"].runtime,
@@ -26,7 +26,7 @@ rule requant:
         gpu_mem_mb=RESOURCES["requant"].gpu_mem_mb,
     params:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
-        **stage_params("requant", ["model"], sources=["checkpoint"]),
+        **stage_params("requant"),
         reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

@@ -20,16 +20,14 @@ rule tokens:
         f"{BENCHMARKS}/tokens.tsv"
     conda:
         software_env(gpu_capable=True)
-    # one thread: the stage pins torch to one intra-op thread for portable bytes (int8alibi.portable);
-    # Snakemake runs such jobs side by side instead
-    threads: 1
+    threads: stage_threads("tokens")
     resources:
         mem_mb=RESOURCES["tokens"].mem_mb,
         runtime=RESOURCES["tokens"].runtime,
         gpu=use_gpu(RUN),
         gpu_mem_mb=RESOURCES["tokens"].gpu_mem_mb,
     params:
-        **stage_params("tokens", ["model", "size_profile", "corpus", "device", "arms"], sources=["corpus"]),
+        **stage_params("tokens"),
     shell:
         stage_cmd("tokens", f"{RESULTS}/tokens", "--input gate={input.gate} --input parent={input.parent}")
         + " 2> {log:q}"

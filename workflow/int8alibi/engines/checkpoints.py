@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import GateError, InputError
 from ..provenance.parquet import read_table
-from ..quant.gate import CHECKPOINT_NAMES, CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
+from ..quant.gate import CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
+from ..quant.variants import CHECKPOINT_VARIANTS
 
 
 def gate_verdict(gate: Path) -> str:
@@ -34,8 +35,8 @@ def gate_verdict(gate: Path) -> str:
 def checkpoint_dir(gate: Path, name: str) -> Path:
     """``<requant>/checkpoints/<name>`` beside the gate table ``<requant>/gate.parquet``, once the
     gate table has been checked."""
-    if name not in CHECKPOINT_NAMES:
-        raise InputError(f"checkpoint {name!r}: expected one of {list(CHECKPOINT_NAMES)}")
+    if name not in CHECKPOINT_VARIANTS:
+        raise InputError(f"checkpoint {name!r}: expected one of {list(CHECKPOINT_VARIANTS)}")
     gate = Path(gate)
     if not gate.is_file():
         raise InputError(f"{gate}: requant gate table not found; its checkpoints are not verified")

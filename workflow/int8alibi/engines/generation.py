@@ -16,9 +16,8 @@ import pyarrow as pa
 from ..errors import InputError
 from ..provenance.hashing import sha256_bytes
 
-# The rewritten-scale probe (snapped scales, old int8 weights) is generated like the others: the
-# second paper reports its end-to-end agreement, and prefill_decode measures its residual.
-CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling", "probe")
+# Two fresh processes per arm and checkpoint (every variant of quant.variants, the probe too): the
+# second run is the arm's self-consistency.
 RUNS = (1, 2)
 
 TOKENS_SCHEMA = pa.schema([

@@ -28,9 +28,9 @@ from typing import Any
 from ..config import RESOLVED, earlier_plan, expand_env, run_config_path, validate, write_run_config
 from ..errors import Int8AlibiError
 from .. import strict_yaml
+from ..quant.variants import CHECKPOINT_VARIANTS
 from .vllm_engine import ARM_KERNELS
 
-CHECKPOINTS = ("own", "pow2-nearest", "pow2-ceiling", "probe")
 RUNS = (1, 2)
 ARMS = list(ARM_KERNELS)
 
@@ -84,7 +84,7 @@ def run_study(run_config: Path, results: Path, logs: Path, parallel: int) -> Non
     if not (results / "requant" / "manifest.json").is_file():
         _stage("requant", run_config, results / "requant",
                ["--input", f"parent={results / 'model' / 'parent.parquet'}"], logs / "requant.log")
-    jobs = [(arm, c) for c in CHECKPOINTS for arm in ARMS]
+    jobs = [(arm, c) for c in CHECKPOINT_VARIANTS for arm in ARMS]
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for future in [pool.submit(_generate_folder, run_config, results, logs, arm, c) for arm, c in jobs]:
             future.result()
@@ -103,7 +103,7 @@ def report(results: Path) -> dict[str, Any]:
         counts.setdefault(str(checkpoint), {})[str(comparison)] = f"{int(rows['identical'].sum())}/{len(rows)}"
     kernels: dict[str, Any] = {}
     for arm in ARMS:
-        for c in CHECKPOINTS:
+        for c in CHECKPOINT_VARIANTS:
             for k in RUNS:
                 ident = json.loads((results / "determinism" / "runs" / arm / c / f"run{k}.identity.json").read_text())
                 kernels[f"{arm}/{c}/run{k}"] = ident["kernel_evidence"].get("selected")

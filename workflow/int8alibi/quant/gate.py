@@ -1,6 +1,6 @@
 """The requantized checkpoint set and its gate: folder names, the gate table's schema and verdicts.
 
-The requant stage writes ``<requant>/checkpoints/<name>/`` for every name in ``CHECKPOINT_NAMES``
+The requant stage writes ``<requant>/checkpoints/<name>/`` for every name in ``quant.variants.CHECKPOINT_VARIANTS``
 beside ``gate.parquet``; every reader (capture, the engines) finds the checkpoints through this
 layout and trusts them only under one of ``VERDICTS``. The reference stage's llm-compressor files,
 which the gate compares against, lie in ``<reference>/checkpoint/``.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-CHECKPOINT_NAMES: tuple[str, ...] = ("own", "pow2-nearest", "pow2-ceiling", "probe")
 CHECKPOINTS_DIR = "checkpoints"
 GATE_TABLE = "gate.parquet"
 GATE_PASSED = "passed: byte-identical to the committed checkpoint"

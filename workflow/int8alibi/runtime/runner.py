@@ -15,20 +15,18 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .. import portable
-from .device_memory import log_peak_device_memory
-from ..config import Config, load_config
-from ..errors import InputError, Int8AlibiError
+from ..config import Config, ReadScope, load_config
+from ..errors import ConfigScopeError, InputError, Int8AlibiError
 from ..printable import printable
 from ..progress import heartbeat, plain_stderr
 from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG
 from ..provenance.transaction import stage_transaction
+from ..stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
+from .device_memory import log_peak_device_memory
 
 log = logging.getLogger("int8alibi")
-
-# Stages that run the model's float forward pass: one intra-op thread (see int8alibi.portable).
-FORWARD_STAGES = frozenset({"capture", "generate", "perplexity", "tokens", "prefill_decode"})
 
 
 def _module_name(run: Callable[..., None]) -> str:
@@ -63,6 +61,19 @@ def _check_arguments(run: Callable[..., None], stage: str, given: Mapping[str, o
     missing = [name for name, p in taken.items() if p.default is p.empty and name not in given]
     if missing:
         raise InputError(f"stage {stage} needs --input or --param {', '.join(missing)}")
+
+
+def read_scope(stage: str) -> ReadScope:
+    """The config keys ``stage`` may read: those its rule digests (``int8alibi.stage_needs``)."""
+    return ReadScope(stage, STAGES[stage].config, UNDIGESTED_KEYS)
+
+
+def log_reads(scope: ReadScope) -> None:
+    """The config keys the stage read, in its log (not an output); a read the scope refused, as an error."""
+    log.info(READS_LINE, scope.stage, ", ".join(sorted(scope.read)) or "none", ", ".join(scope.unread) or "none")
+    if scope.undeclared:
+        raise ConfigScopeError(f"stage {scope.stage} read config keys its rule does not digest: "
+                               f"{', '.join(sorted(scope.undeclared))} (add them in int8alibi.stage_needs.STAGES)")
 
 
 def out_folder(out: Path) -> None:
@@ -111,6 +122,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """
     module = _module_name(run)
     stage = module.rsplit(".", 1)[-1]
+    forward = STAGES.get(stage, StageNeeds()).forward
+    scope = read_scope(stage) if stage in STAGES else None  # None: no stage of the table (a test's function)
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if main_spec is not None and main_spec.name == module:  # this process was started as the stage
         portable.ensure_process(module, sys.argv[1:])
@@ -140,9 +153,11 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         if both:
             raise InputError(f"--input/--param {', '.join(both)}: given as both")
         _check_arguments(run, stage, {**inputs, **params})
-        portable.configure_torch(forward=stage in FORWARD_STAGES)
-        portable.check_process(forward=stage in FORWARD_STAGES)
+        portable.configure_torch(forward=forward)
+        portable.check_process(forward=forward)
         cfg: Config = load_config(args.config, args.set)
+        if scope is not None:  # the stage reads only the keys its rule digests
+            cfg = cfg.scoped(scope)
         for path in inputs.values():  # another stage's files are read only as its manifest records them
             verify_input(path, own_dir=args.out)
     except Int8AlibiError as exc:
@@ -156,6 +171,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
             # a line every ten seconds on the console (Snakemake shows it) and in the log, which holds plain lines
             with heartbeat(stage), plain_stderr():
                 run(cfg, args.out, **inputs, **params)
+            if scope is not None:
+                log_reads(scope)
         finally:
             RUN_CONFIG.reset(token)
             log_peak_device_memory(log)  # the log, not an output: it differs from run to run

@@ -18,11 +18,12 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..engines.generation import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
+from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
 from ..engines.identity import Identity, Mismatch, Treatment, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..runtime.runner import log, stage_main
 
 GENERATIONS_SCHEMA = pa.schema([
@@ -47,7 +48,7 @@ SUMMARY_SCHEMA = pa.schema([
     pa.field("arm_a", pa.string(), nullable=False),
     pa.field("arm_b", pa.string(), nullable=False),
     pa.field("emulation", pa.bool_(), nullable=False),
-    *[pa.field(name, pa.string(), nullable=False) for name in CHECKPOINTS],
+    *[pa.field(name, pa.string(), nullable=False) for name in CHECKPOINT_VARIANTS],
     pa.field("self_consistent", pa.string(), nullable=False),
     pa.field("identity", pa.string(), nullable=False),
     pa.field("allow_unverified", pa.bool_(), nullable=False),
@@ -128,10 +129,10 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
     allow = parse_flag(allow_unverified, "allow_unverified")
     arm_a, arm_b = cfg.resolved_arms  # resolved once per run, when it was planned (the generate jobs' arms)
     arms = [arm_a, arm_b]
-    arts = {(arm, c, k): read_artifact(Path(runs), arm, c, k) for arm in arms for c in CHECKPOINTS for k in RUNS}
+    arts = {(arm, c, k): read_artifact(Path(runs), arm, c, k) for arm in arms for c in CHECKPOINT_VARIANTS for k in RUNS}
 
     violations: list[tuple[str, str, Mismatch]] = []
-    for c in CHECKPOINTS:
+    for c in CHECKPOINT_VARIANTS:
         pairs: list[tuple[Any, Any, Treatment]] = [((arm_a, c, k), (arm_b, c, k), "arm") for k in RUNS]
         pairs += [((arm, c, 1), (arm, c, 2), "run") for arm in arms]
         for ka, kb, treatment in pairs:
@@ -149,7 +150,7 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
         for (arm, c, k), art in arts.items()
     ], ignore_index=True)
     rows: list[dict[str, Any]] = []
-    for c in CHECKPOINTS:
+    for c in CHECKPOINT_VARIANTS:
         rows += _rows(c, "arms", *agreement(arts[(arm_a, c, 1)], arts[(arm_b, c, 1)]), allow)
         for arm in arms:
             rows += _rows(c, f"runs-of-{arm}", *agreement(arts[(arm, c, 1)], arts[(arm, c, 2)]), allow)
@@ -160,11 +161,11 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
         return f"{int(sel['identical'].sum())}/{len(sel)}"
 
     self_consistent = bool(table.loc[table["comparison"] != "arms", "identical"].all())
-    emulation = any(bool(arts[(arm, CHECKPOINTS[0], 1)].identity.kernel_evidence.get("is_emulation", False))
+    emulation = any(bool(arts[(arm, CHECKPOINT_VARIANTS[0], 1)].identity.kernel_evidence.get("is_emulation", False))
                     for arm in arms)
     summary = pd.DataFrame([{
         "arm_a": arm_a, "arm_b": arm_b, "emulation": emulation,
-        **{c: count(c, "arms") for c in CHECKPOINTS},
+        **{c: count(c, "arms") for c in CHECKPOINT_VARIANTS},
         "self_consistent": "yes" if self_consistent else "no",
         "identity": identity_note, "allow_unverified": allow,
     }])
@@ -180,8 +181,8 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
         inputs=[p for art in arts.values() for p in art.paths],
         params={"allow_unverified": allow, "arms": arms, "device": cfg.resolved_device,
                 "engine": sorted({str(art.identity.engine.get("name")) for art in arts.values()}),
-                "checkpoints": list(CHECKPOINTS), "runs": list(RUNS)},
-        arms=[dict(arts[(arm, CHECKPOINTS[0], 1)].identity.kernel_evidence) for arm in arms],
+                "checkpoints": list(CHECKPOINT_VARIANTS), "runs": list(RUNS)},
+        arms=[dict(arts[(arm, CHECKPOINT_VARIANTS[0], 1)].identity.kernel_evidence) for arm in arms],
         exploratory=cfg.exploratory,
         extra={"identity": {"verified": not violations, "allow_unverified": allow,
                             "violations": [{"a": sa, "b": sb, "field": m.field, "value_a": m.a, "value_b": m.b}

@@ -44,7 +44,7 @@ from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA,
                        cells_table, definition_scores, detection, flips, reverted_matrix, score,
                        scorecard, totals, ulp_distribution)
 from ..printable import printable
-from ..runtime.runner import guarded, stage_main
+from ..runtime.runner import guarded, log_reads, read_scope, stage_main
 
 log = logging.getLogger("int8alibi.faults")
 
@@ -187,11 +187,17 @@ def _gather_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        cfg = load_config(args.config, args.set)
+        scope = read_scope("faults")  # the gather reads only what the faults rule digests
+        cfg = load_config(args.config, args.set).scoped(scope)
     except Int8AlibiError as exc:
         print(printable(f"int8alibi: stage faults gather failed: {exc}"), file=sys.stderr)
         return 1
-    return guarded("faults gather", args.out, list(args.shard), lambda: gather(cfg, args.out, args.shard))
+
+    def body() -> None:
+        gather(cfg, args.out, args.shard)
+        log_reads(scope)
+
+    return guarded("faults gather", args.out, list(args.shard), body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,13 +20,14 @@ from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
-from ..engines.generation import CHECKPOINTS, RUNS, TOKENS_SCHEMA, artifact_paths, ids_text, sequence_sha256
+from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, ids_text, sequence_sha256
 from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, rails_digest, write_identity
 from ..engines.own import ENGINE, load_w8a8
 from ..errors import InputError
 from ..provenance.environment import library_versions
 from ..provenance.parquet import write_table
 from ..model.sources import tokenizer_digest
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..resolve import require_arm, stage_device
 from ..runtime.runner import log, stage_main
 
@@ -84,8 +85,8 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
         engine: str = "own") -> None:
     """Generate the pinned prompts greedily with ``arm`` on ``checkpoint``; write tokens + identity."""
     k = parse_run(run)
-    if checkpoint not in CHECKPOINTS:
-        raise InputError(f"--param checkpoint={checkpoint!r}: expected one of {list(CHECKPOINTS)}")
+    if checkpoint not in CHECKPOINT_VARIANTS:
+        raise InputError(f"--param checkpoint={checkpoint!r}: expected one of {list(CHECKPOINT_VARIANTS)}")
     if engine not in ENGINES:
         raise InputError(f"--param engine={engine!r}: expected one of {list(ENGINES)}")
     from ..protocol import load

@@ -28,12 +28,14 @@ from ..errors import ProtocolError
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..resolve import stage_arms
 from ..stats import Interval, paired_bootstrap, perplexity
 from ..runtime.runner import log, stage_main
 
 REFERENCE = "own"
-ARMS = ("parent", "own", "pow2-nearest", "pow2-ceiling", "probe")
+# The models scored: the bf16 parent and every checkpoint variant.
+MODELS = ("parent", *CHECKPOINT_VARIANTS)
 METRIC = "relative_perplexity_change"
 SEARCH_ARM_BUILT = False  # this study's build has no scale-search arm (DESIGN: gate G1)
 
@@ -171,7 +173,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     analysis = protocol.analysis
     profile = protocol.size_profile(cfg["size_profile"])
     device, kernel, _, selection = stage_arms(cfg)  # resolved once per run; every W8A8 arm runs on arm A
-    ckpts = {name: checkpoint_dir(gate, name) for name in ARMS if name != "parent"}
+    ckpts = {name: checkpoint_dir(gate, name) for name in MODELS if name != "parent"}
     corpus = load_corpus(cfg, analysis)
 
     engine = load_parent(cfg, device)
@@ -179,7 +181,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
                   source=f"corpus {corpus.name}")
     nll: dict[str, np.ndarray] = {}
     tokens = np.zeros(0)
-    for name in ARMS:
+    for name in MODELS:
         if name != "parent":
             engine = load_w8a8(cfg, ckpts[name], kernel, device, label=f"{name} on {kernel.name}")
         sums, toks = engine.score(cut)
@@ -191,7 +193,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
             torch.cuda.empty_cache()
 
     frame = pd.concat([pd.DataFrame({"arm": name, "window": np.arange(len(tokens)), "tokens": tokens,
-                                     "nll_sum": nll[name], "nll_mean": nll[name] / tokens}) for name in ARMS],
+                                     "nll_sum": nll[name], "nll_mean": nll[name] / tokens}) for name in MODELS],
                       ignore_index=True)
     summary = analyse(nll, tokens, analysis)
     outputs = {

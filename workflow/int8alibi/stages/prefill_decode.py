@@ -20,10 +20,11 @@ import pyarrow as pa
 from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.generation import CHECKPOINTS
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..engines.own import load_w8a8
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..resolve import stage_arms
 from ..tokens.margin import cluster_bootstrap_rate
 from ..tokens.prefill_decode import attribute, decode, first_differing, positions, prefill
@@ -115,7 +116,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     profile = protocol.size_profile(cfg["size_profile"])
     boot = protocol.analysis["bootstrap"]
     device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
-    ckpts = {name: checkpoint_dir(gate, name) for name in CHECKPOINTS}
+    ckpts = {name: checkpoint_dir(gate, name) for name in CHECKPOINT_VARIANTS}
     rows: list[dict[str, Any]] = []
     digest = None
     for name, ckpt in ckpts.items():
@@ -139,7 +140,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
         out_dir, stage="prefill_decode", outputs=outputs,
         inputs={"gate": gate, **{f"checkpoint:{n}": p for n, p in ckpts.items()}},
         params={"size_profile": cfg["size_profile"], "prompts": int(profile["prompts"]),
-                "new_tokens": int(profile["new_tokens"]), "checkpoints": list(CHECKPOINTS),
+                "new_tokens": int(profile["new_tokens"]), "checkpoints": list(CHECKPOINT_VARIANTS),
                 "kernel_arms": [arm_a.name, arm_b.name],
                 "bootstrap": {k: boot[k] for k in ("seed", "resamples", "level", "interval")},
                 "cluster": "sequence"},

@@ -48,8 +48,9 @@ from ..provenance.parquet import write_table
 from ..quant import weight as wq
 from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
 from ..quant.division import division_stats
-from ..quant.gate import (CHECKPOINT_NAMES, CHECKPOINTS_DIR, GATE_KEY, GATE_PASSED, GATE_PASSED_TOOL, GATE_SCHEMA,
-                          GATE_SELF_BUILT, GATE_TABLE, REFERENCE_CHECKPOINT_DIR)
+from ..quant.gate import (CHECKPOINTS_DIR, GATE_KEY, GATE_PASSED, GATE_PASSED_TOOL, GATE_SCHEMA, GATE_SELF_BUILT,
+                          GATE_TABLE, REFERENCE_CHECKPOINT_DIR)
+from ..quant.variants import CHECKPOINT_VARIANTS
 from ..quant.weight import QuantizedWeight
 from ..resolve import stage_device
 from ..runtime.runner import stage_main
@@ -272,7 +273,7 @@ def build_arms(parent: _Parent, division: wq.Division, staging: Path, gate: str,
                               provenance={"arm": arm, "division": division, "gate": gate,
                                           "rule": "llm-compressor W8A8: s_w = bf16(absmax/127.5), "
                                                   "q = round_half_even(clamp(W/s_w, -128, 127))"})
-        for arm in CHECKPOINT_NAMES
+        for arm in CHECKPOINT_VARIANTS
     }
     rows: list[dict[str, Any]] = []
     try:
@@ -371,7 +372,7 @@ def _manifest(out_dir: Path, table: pd.DataFrame, gate: str, division: str, laye
         out_dir, stage="requant", outputs={"gate": out_dir / GATE_TABLE, "checkpoints": out_dir / CHECKPOINTS_DIR},
         inputs=inputs,
         params={"division": division, "committed": ref.record["path"] if ref is not None and ref.kind == "committed"
-                else None, "arms": list(CHECKPOINT_NAMES)},
+                else None, "arms": list(CHECKPOINT_VARIANTS)},
         protocol_root=protocol,
         extra={"gate": gate, "layers": layers,
                "reference": ref.record if ref is not None else {"kind": "none (self-built)"},
