@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
+from ..arith.bf16 import nonfinite_bits, signed_bits
 from ..checks import EvidenceColumns
 from ..operands import Operands
 from . import catalogue as cat
@@ -348,14 +349,14 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
     stats = compare.whole(ref_flat, outs)                                          # [L, slab, R, 5]
     whole = stats[..., :4]
     nf_self = stats[..., compare.OWN_NONFINITE]                                    # each output against itself
-    nf_ref = ((compare.bits32(ref_flat) & compare.BF16_EXPONENT) == compare.BF16_EXPONENT).sum(-1)   # [L, R]
+    nf_ref = nonfinite_bits(signed_bits(ref_flat)).sum(-1)   # [L, R]
 
     # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
     seg = torch.repeat_interleave(torch.arange(layers * segments, device=device), sizes, output_size=positions)
     slab_size = len(SLABS) * R * mn
     ref_at = (at // slab_size) * (R * mn) + at % (R * mn)
-    g_differ, g_nfa, g_nfb, g_dist = compare.facts(compare.bits32(ref_flat.reshape(-1)[ref_at]),
-                                                   compare.bits32(outs.reshape(-1)[at]))
+    g_differ, g_nfa, g_nfb, g_dist = compare.facts(signed_bits(ref_flat.reshape(-1)[ref_at]),
+                                                   signed_bits(outs.reshape(-1)[at]))
     counts = torch.zeros(layers * segments, 3, dtype=torch.int64, device=device)
     counts.index_add_(0, seg, torch.stack([g_differ, (g_nfa | g_nfb) & ~g_nfa, g_nfa ^ g_nfb], -1).to(torch.int64))
     top_d = torch.full((layers * segments,), -1, dtype=torch.int32, device=device)

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..arith.bits import bits_equal
 from ..engines.own import cache_argument
 from ..errors import InputError
 from ..model.trace import Event, first_difference, traced
-from .replay import Positions, bit_view, compare
+from .replay import Positions, compare
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,10 @@ def attribute(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], po
     and their logits at ``position`` must differ; otherwise the attribution is refused.
     """
     again, _, dec = decode(model, prompt, position + 1, trace_at=position, device=device)
-    if again != list(tokens[: position + 1]) or not torch.equal(bit_view(_head(dec, where)), bit_view(decoded[position])):
+    if again != list(tokens[: position + 1]) or not bits_equal(_head(dec, where), decoded[position]):
         raise InputError(f"{where}: the traced decode did not reproduce the untraced one at position {position}")
     _, pre = prefill(model, prompt, tokens, trace_at=position, device=device)
-    if not torch.equal(bit_view(_head(pre, where)), bit_view(prefilled[position])):
+    if not bits_equal(_head(pre, where), prefilled[position]):
         raise InputError(f"{where}: the traced prefill did not reproduce the untraced one at position {position}")
     index = first_difference(dec, pre, where)
     if index is None:
