@@ -34,6 +34,7 @@ import torch
 
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
 from ..arith.bf16 import nonfinite_bits, signed_bits
+from ..arith.pow2 import snapped_pow2
 from ..checks import EvidenceColumns
 from ..operands import Operands
 from . import catalogue as cat
@@ -48,7 +49,6 @@ CELLS_PER_REGIME = CELLS_PER_LAYER // R
 # Arm B slabs, in the order of the stacked output tensor.
 SLABS = (*EPILOGUE_FAULTS, "F9-all", "F9-one", "F9-pct", "F6", "F7")
 _F9, _F6 = 5, 8
-INT32_MAX = 2**31 - 1
 # Columns of the per-cell table read back from the device.
 DIFFERING, MAX_D, NONFINITE, MISMATCH, CHANGED, ABSMAX, ACC_MATCH, POW2, IDENTICAL, REPEATS, BOOSTED = range(11)
 
@@ -137,14 +137,8 @@ def _scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     values; anything else raises the flag and the layers are rerun by the per-cell engine, whose
     validation then names the problem.
     """
-    bits = s.view(torch.int32)
-    exp, frac = (bits >> 23) & 0xFF, bits & 0x7FFFFF
-    zero = s == 0
-    significand = ((1 << 23) + frac).to(torch.int64)
-    snapped_exp = exp + (significand * significand >= 2 << 46).to(torch.int32)
-    bad = (~torch.isfinite(s) | (s < 0) | (~zero & ((exp == 0) | (snapped_exp >= 0xFF)))).any()
-    snapped = (snapped_exp.clamp(max=0xFE) << 23).view(torch.float32)
-    return s, torch.where(zero, s, snapped), bad
+    snapped, refused, overflow = snapped_pow2(s, "nearest", keep_zero=True)
+    return s, snapped, (refused | overflow).any()
 
 
 def _exact(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor | None = None) -> torch.Tensor:
