@@ -25,7 +25,6 @@ from .arith.bf16 import nonfinite_bits, ordered_line, signed_bits
 from .arith.bits import bit_pattern, bits_equal
 from .errors import InputError
 
-CHECK_IDS = (1, 2, 3, 4, 5, 6, 7)
 INT32_LIMIT = 2**31
 
 

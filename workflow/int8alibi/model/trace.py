@@ -30,7 +30,6 @@ from .w8a8 import W8A8Linear
 # Event kinds, in the words of the attribution table.
 KINDS = ("embedding", "rotary", "norm", "linear_input", "linear_output", "attention_scores", "softmax",
          "attention_output", "activation", "block_output", "head_input", "head")
-ATTENTION_STEPS = ("attention_scores", "softmax", "attention_output")
 
 
 @dataclass(frozen=True)
