@@ -130,20 +130,3 @@ def test_cells_table_uses_nulls_not_nans() -> None:
     assert table.loc[~table["applicable"], "fired"].map(lambda v: v is None).all()
     frame = score(pd.DataFrame([row("F9", "all", "own", 6, max_ulp=None)]), MATRICES, exploratory=False)
     assert cells_table(frame)["max_ulp"].tolist() == [None]
-
-
-def test_score_column_is_outcome_row_by_row_on_every_combination():
-    import itertools
-
-    from int8alibi.scoring import outcome, score_column
-
-    combos = [(p, o, a, f) for p, o, a, f in itertools.product(("fire", "silent", "n/a"), (True, False), (True, False),
-                                                                (True, False, None))
-              if not (o and a and p != "n/a" and f is None)]  # the refused combinations, tested below
-    preds, obs, app, fired = (pd.Series(list(c), dtype=object) for c in zip(*combos))
-    assert score_column(preds, obs.astype(bool), app.astype(bool), fired) == [outcome(*c) for c in combos]
-    for bad in (("maybe", True), ("fire", None)):  # the first refused row's message, as outcome gives it
-        rows = [("silent", False), bad, ("maybe", False)]
-        with pytest.raises(ProtocolError, match=f"cannot score prediction '{bad[0]}' with verdict {bad[1]}"):
-            score_column(pd.Series([r[0] for r in rows], dtype=object), pd.Series([True] * 3),
-                         pd.Series([True] * 3), pd.Series([r[1] for r in rows], dtype=object))

@@ -37,9 +37,6 @@ def test_an_applicable_observable_check_needs_a_verdict_and_a_known_prediction(p
                                                                                fired: bool | None) -> None:
     with pytest.raises(ProtocolError, match="cannot score"):
         scoring.outcome(prediction, True, True, fired)
-    with pytest.raises(ProtocolError, match="cannot score"):
-        scoring.score_column(pd.Series([prediction]), pd.Series([True]), pd.Series([True]),
-                             pd.Series([fired], dtype=object))
 
 
 def _every_valid_combination() -> pd.DataFrame:
@@ -51,11 +48,12 @@ def _every_valid_combination() -> pd.DataFrame:
 
 def test_scoring_whole_columns_agrees_with_the_rule_row_by_row() -> None:
     table = _every_valid_combination()
-    expected = [scoring.outcome(*row) for row in table.itertuples(index=False)]
+    expected = [TRUTH[(p, bool(f))] if o and a and p != "n/a" else
+                ("excluded-unobservable" if not o else "not-applicable")
+                for p, o, a, f in table.itertuples(index=False)]
     fired = table["fired"].astype(object)
-    assert scoring.score_column(table["prediction"], table["observable"], table["applicable"], fired) == expected
-    got = scoring.outcomes(table["prediction"], table["observable"], table["applicable"], fired)
-    assert list(got) == expected
+    assert list(scoring.outcomes(table["prediction"], table["observable"], table["applicable"], fired)) == expected
+    assert [scoring.outcome(*row) for row in table.itertuples(index=False)] == expected
 
 
 def test_outcomes_refuses_an_applicable_check_without_verdict_and_unknown_predictions() -> None:
@@ -64,6 +62,10 @@ def test_outcomes_refuses_an_applicable_check_without_verdict_and_unknown_predic
                          pd.Series([True, None], dtype=object))
     with pytest.raises(ProtocolError, match=r"cannot score predictions \['maybe'\]"):
         scoring.outcomes(pd.Series(["maybe"]), pd.Series([True]), pd.Series([True]), pd.Series([True]))
+    # an unknown prediction is refused even where nothing would be scored: the matrix itself is wrong
+    for observable, applicable in ((False, True), (True, False)):
+        with pytest.raises(ProtocolError, match=r"cannot score predictions \['maybe'\]"):
+            scoring.outcome("maybe", observable, applicable, None)
     # a missing verdict where nothing is scored is no problem
     assert list(scoring.outcomes(pd.Series(["fire", "n/a"]), pd.Series([False, True]), pd.Series([True, True]),
                                  pd.Series([None, None], dtype=object))) == ["excluded-unobservable", "not-applicable"]

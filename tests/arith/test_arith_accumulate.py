@@ -67,6 +67,25 @@ def test_wrap_int32_boundaries_match_python_wrap() -> None:
     assert got.tolist() == [python_wrap(v) for v in values]
 
 
+def test_a_known_bound_within_int32_converts_in_one_pass_and_beyond_it_wraps() -> None:
+    inside = torch.tensor([0, 1, -1, 2**31 - 1, -(2**31)], dtype=torch.int64)
+    for bound in (0, 2**31 - 1):  # a bound below 2^31 promises every entry is representable
+        assert wrap_int32(inside, bound=bound).tolist() == inside.tolist()
+    past = torch.tensor([2**31, -(2**31) - 1, 2**32 + 5], dtype=torch.int64)
+    for bound in (2**31, 2**40, None):  # at 2^31 the sum may wrap: the wrap it is
+        assert wrap_int32(past, bound=bound).tolist() == [python_wrap(v) for v in past.tolist()]
+        assert wrap_int32(inside, bound=bound).tolist() == inside.tolist()
+    with pytest.raises(InputError, match="bound -1"):
+        wrap_int32(inside, bound=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32, torch.int8])
+def test_only_exact_int64_sums_convert(dtype: torch.dtype) -> None:
+    for bound in (None, 0):  # the fast path refuses what the wrap refuses
+        with pytest.raises(InputError, match="not torch.int64"):
+            wrap_int32(torch.zeros(2, dtype=dtype), bound=bound)
+
+
 def test_empty_reduction_is_zero() -> None:
     a = torch.zeros((2, 0), dtype=torch.int8)
     w = torch.zeros((3, 0), dtype=torch.int8)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from int8alibi.arith import is_pow2, snap_pow2
+from int8alibi.arith.pow2 import snapped_pow2
 from int8alibi.errors import InputError
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
@@ -102,3 +103,31 @@ def test_is_pow2_on_specials_and_subnormals() -> None:
     assert is_pow2(x).tolist() == want
     assert is_pow2(x.double()).tolist() == want
     assert is_pow2(torch.tensor([2.0**-133, 3 * 2.0**-133, 1.5], dtype=torch.bfloat16)).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_keep_zero_keeps_both_zeros_and_still_refuses_the_rest(dtype: torch.dtype) -> None:
+    s = torch.tensor([0.0, -0.0, 3.0, 0.75], dtype=dtype)
+    out = snap_pow2(s, "nearest", keep_zero=True)
+    assert out.view(torch.int16 if dtype == torch.bfloat16 else torch.int32).tolist()[:2] == \
+        s.view(torch.int16 if dtype == torch.bfloat16 else torch.int32).tolist()[:2]  # +0 and -0, bit for bit
+    assert out.tolist()[2:] == [4.0, 1.0]  # 3 = 1.5 * 2: above sqrt(2), up; 0.75 = 1.5 / 2: up to 1
+    for bad in (-1.0, float("inf"), float("nan"), 2.0**-130):  # 2^-130: subnormal in both formats
+        with pytest.raises(InputError, match="not positive finite normal"):
+            snap_pow2(torch.tensor([0.0, bad], dtype=dtype), "ceiling", keep_zero=True)
+
+
+def test_snapped_pow2_flags_what_snap_pow2_refuses_without_raising() -> None:
+    top = with_exponents(F32_ABOVE, torch.float32, torch.tensor([127])).item()
+    s = torch.tensor([0.0, -0.0, 1.5, 0.25, -1.0, float("inf"), float("nan"), 2.0**-140, top, 2.0**-126])
+    for keep_zero in (False, True):
+        snapped, refused, overflow = snapped_pow2(s, "nearest", keep_zero=keep_zero)
+        zeros = [not keep_zero] * 2
+        assert refused.tolist() == [*zeros, False, False, True, True, True, True, False, False]
+        assert overflow.tolist() == [False] * 8 + [True, False]
+        fine = ~(refused | overflow)
+        for i in fine.nonzero().flatten().tolist():  # each accepted scale: snap_pow2's own answer
+            alone = s[i:i + 1]
+            assert torch.equal(snapped[i:i + 1].view(torch.int32),
+                               snap_pow2(alone, "nearest", keep_zero=keep_zero).view(torch.int32))
+    assert snapped_pow2(s, "ceiling")[0][2:4].tolist() == [2.0, 0.25]  # ceiling keeps an exact power

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from int8alibi.engines.own import OwnEngine, cache_argument
+from int8alibi.engines.own import OwnEngine, cache_argument, greedy_steps
 from int8alibi.errors import InputError
 from int8alibi.model.synthetic import build_synthetic
 
@@ -35,6 +35,33 @@ def test_greedy_generation_equals_full_recomputation_argmax(engine: OwnEngine) -
             expected = logits[len(prompt) - 1: len(prompt) + 5].argmax(dim=-1).tolist()
             assert tokens == expected
     assert engine.generate(prompts, 6, progress=False) == out  # and it repeats itself
+
+
+class _Scripted:
+    """A stand-in model: each forward's last-position logits come from a script (ties included),
+    and it records what it was fed and which cache it was handed."""
+
+    def __init__(self, script: list[list[float]]) -> None:
+        self.script, self.calls = script, []
+
+    def forward(self, input_ids: torch.Tensor, use_cache: bool, past_key_values: object = None) -> object:
+        self.calls.append((input_ids.tolist(), past_key_values))
+        logits = torch.tensor(self.script[len(self.calls) - 1], dtype=torch.bfloat16)[None, None, :]
+        return type("Out", (), {"logits": logits.expand(1, input_ids.shape[1], -1), "past_key_values": len(self.calls)})
+
+    __call__ = forward
+
+
+def test_greedy_steps_runs_one_forward_per_step_feeds_each_token_back_and_breaks_ties_low() -> None:
+    model = _Scripted([[0.0, 3.0, 3.0, 1.0], [2.0, 2.0, 2.0, 2.0], [-1.0, -5.0, 7.0, 7.0], [9.0, 0.0, 0.0, 0.0]])
+    steps = greedy_steps(model, torch.tensor([[4, 5, 6]]))
+    assert model.calls == []  # nothing runs before the first step is asked for
+    got = [next(steps) for _ in range(3)]
+    assert [int(nxt) for _, nxt in got] == [1, 0, 2]  # every tie to the lowest id
+    assert all(nxt.shape == (1,) and nxt.dtype == torch.int64 for _, nxt in got)
+    assert [logits.tolist() for logits, _ in got] == model.script[:3]
+    # three forwards for three tokens: the prompt, then each token with the cache the step before returned
+    assert model.calls == [([[4, 5, 6]], None), ([[1]], 1), ([[0]], 2)]
 
 
 def test_scoring_equals_cross_entropy_over_each_window(engine: OwnEngine) -> None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from int8alibi.arith import ulp_distance
+from int8alibi.arith.bf16 import signed_bits
 from int8alibi.faults import compare
 
 SPECIAL = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x3F80, 0xBF80, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80,
@@ -27,7 +28,7 @@ def bf16(bits: list[int] | torch.Tensor) -> torch.Tensor:
 def test_facts_match_the_checks_definitions_on_every_special_pair() -> None:
     a = bf16([x for x in SPECIAL for _ in SPECIAL])
     b = bf16([y for _ in SPECIAL for y in SPECIAL])
-    differ, nfa, nfb, distance = compare.facts(compare.bits32(a), compare.bits32(b))
+    differ, nfa, nfb, distance = compare.facts(signed_bits(a), signed_bits(b))
     assert torch.equal(differ, a.view(torch.int16) != b.view(torch.int16))
     assert torch.equal(nfa, ~torch.isfinite(a)) and torch.equal(nfb, ~torch.isfinite(b))
     assert torch.equal(distance, ulp_distance(a, b))

@@ -20,7 +20,8 @@ from int8alibi.faults.campaign import CELLS_PER_LAYER
 from int8alibi.faults.rows import check_layer
 from int8alibi.operands import Operands, synthetic_layers
 from int8alibi.provenance.parquet import write_table
-from int8alibi.scoring import CELLS_KEY, CELLS_SCHEMA, MATRICES, cells_table, score
+from int8alibi.definitions import MATRICES
+from int8alibi.scoring import CELLS_KEY, CELLS_SCHEMA, cells_table, score
 
 from .row_reference import reference_frame
 from .test_batched import boundary_layers

@@ -10,7 +10,8 @@ from int8alibi.errors import InputError
 from int8alibi.kernels.registry import get
 from int8alibi.model.portable import make_portable
 from int8alibi.model.synthetic import build_synthetic
-from int8alibi.model.trace import KINDS, Event, bitwise_equal, first_difference, traced
+from int8alibi.arith.bits import bits_equal
+from int8alibi.model.trace import KINDS, Event, first_difference, traced
 from int8alibi.model.w8a8 import quantize_linears, swap_linears
 
 
@@ -58,20 +59,11 @@ def test_trace_names_every_module_kind_in_execution_order_and_changes_nothing(w8
     assert later == []
 
 
-def test_bitwise_equal_counts_signed_zeros_and_nan_bits() -> None:
-    z = torch.tensor([0.0], dtype=torch.bfloat16)
-    assert bitwise_equal(z, z.clone()) and not bitwise_equal(z, -z)
-    nan = torch.tensor([float("nan")])
-    other_nan = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
-    assert bitwise_equal(nan, nan.clone()) and not bitwise_equal(nan, other_nan)
-    assert not bitwise_equal(z, z.float()) and not bitwise_equal(z, torch.zeros(2, dtype=torch.bfloat16))
-
-
 def test_first_difference_names_the_first_event_and_refuses_different_module_sequences() -> None:
     one = torch.tensor([1.0], dtype=torch.bfloat16)
     up = torch.nextafter(one.float(), torch.tensor([2.0])).to(torch.bfloat16)  # not one bf16 ulp: stays 1.0
     ulp = (one.view(torch.int16) + 1).view(torch.bfloat16)  # one bf16 ulp above 1.0
-    assert torch.equal(up.view(torch.int16), one.view(torch.int16)) and not bitwise_equal(ulp, one)
+    assert torch.equal(up.view(torch.int16), one.view(torch.int16)) and not bits_equal(ulp, one)
     a = [Event("e", "embedding", one), Event("n", "norm", one), Event("h", "head", one)]
     b = [Event("e", "embedding", one), Event("n", "norm", ulp), Event("h", "head", ulp)]
     assert first_difference(a, b, "t") == 1 and first_difference(a, a, "t") is None

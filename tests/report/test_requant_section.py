@@ -10,6 +10,7 @@ import pandas as pd
 from int8alibi.protocol import load
 from int8alibi.report.claims import measure
 from int8alibi.report.document import Document, Paragraph, Table
+from int8alibi.report.measures import decision_row, division_summary, summary_row
 from int8alibi.report.sections import Tables, requant
 
 CLAIMS = tuple(load(Path(__file__).resolve().parents[2] / "preregistration").paper["claims"])
@@ -67,3 +68,33 @@ def test_division_claims_measure_the_own_rows(tmp_path: Path) -> None:
     shift = measure(next(c for c in CLAIMS if c["id"] == "division-bf16-shift"), t, None)
     assert share.number == 5.0 and share.text == "5.00% (40 of 800 int8 weights)"
     assert shift.number == 0.749 and shift.text == "0.749 (the bf16 rounding of the quotient alone: 0.250)"
+
+
+def test_the_section_and_the_claims_show_one_division_summary(tmp_path: Path) -> None:
+    _gate(tmp_path, f32_division_differing=[7, 0, None], quotient_shift_max=[0.0, 0.25, None],
+          code_offset_max=[0.749, 0.5, None])
+    tables = Tables(tmp_path, CLAIMS)
+    division = next(b for b in requant(tables, Document("t"))
+                    if isinstance(b, Table) and b.caption.startswith("Division statistics")).frame
+    share, offset = (measure(next(c for c in CLAIMS if c["id"] == i), tables, None)
+                     for i in ("division-f32-differing", "division-bf16-shift"))
+    summary = division_summary(pd.read_parquet(tmp_path / "requant" / "gate.parquet"))
+    assert summary is not None and (summary.differing, summary.weights) == (7, 800)  # the probe's row is not own
+    assert division["this_run"].tolist()[:2] == ["0.88% (7 of 800)", "0.749"]
+    assert share.number == summary.share_percent and offset.number == summary.code_offset_max == 0.749
+
+
+def test_a_gate_table_without_own_rows_has_no_division_summary(tmp_path: Path) -> None:
+    _gate(tmp_path, arm=["probe", "probe", "probe"])
+    assert division_summary(pd.read_parquet(tmp_path / "requant" / "gate.parquet")) is None
+    blocks = requant(Tables(tmp_path, CLAIMS), Document("t"))
+    assert any(isinstance(b, Paragraph) and "Division statistics: not in this run" in b.text for b in blocks)
+
+
+def test_a_summary_or_decision_row_is_read_only_when_it_is_the_one_row() -> None:
+    summary = pd.DataFrame({"quantity": ["hypothesis:H1", "gate:G1", "gate:G1"], "value": [1.0, 2.0, 3.0]})
+    assert summary_row(summary, "hypothesis:H1")["value"] == 1.0
+    assert summary_row(summary, "gate:G1") is None and summary_row(summary, "hypothesis:H2") is None
+    decisions = pd.DataFrame({"rule": ["D1", "D1"], "definition": ["stated", "paper"], "triggered": [True, False]})
+    assert bool(decision_row(decisions, "D1", "paper")["triggered"]) is False
+    assert decision_row(decisions, "D2", "stated") is None

@@ -13,7 +13,8 @@ import torch
 
 from int8alibi.config import Config, load_config
 from int8alibi.corpus import encode, load_corpus
-from int8alibi.errors import InputError, ProtocolError
+from int8alibi.engines.checkpoints import checkpoint_dir
+from int8alibi.errors import GateError, InputError, ProtocolError
 from int8alibi.model.layers import quantized_linears
 from int8alibi.model.sources import load_source
 from int8alibi.model.w8a8 import quantize_linears
@@ -170,15 +171,27 @@ def test_tampered_operand_file_is_refused(two_runs: tuple[Path, Path], tmp_path:
         list(capture_index.iter_index_operands(tampered, row.checkpoint, row.phase))
 
 
-def test_gate_table_must_cover_the_captured_checkpoints(requant: tuple[Config, Path], tmp_path: Path) -> None:
+def test_capture_reads_checkpoints_only_behind_a_passing_gate_that_covers_them(requant: tuple[Config, Path],
+                                                                             tmp_path: Path) -> None:
     _, gate = requant
     table = read_table(gate, requant_gate.GATE_SCHEMA)
     partial = table[table.arm != "pow2-nearest"].reset_index(drop=True)
     for column in ("bytes_equal", "differing_int8", "differing_scales", "clipped", "f32_division_differing"):
         partial[column] = partial[column].astype({"bytes_equal": "boolean"}.get(column, "Int64"))
     write_table(partial, tmp_path / "gate.parquet", requant_gate.GATE_SCHEMA, requant_gate.GATE_KEY)
-    with pytest.raises(InputError, match="pow2-nearest"):
-        capture.passed_gate(tmp_path / "gate.parquet")
+    (tmp_path / "checkpoints").symlink_to(gate.parent / "checkpoints")  # every checkpoint is there
+    with pytest.raises(InputError, match="no gate rows for checkpoint 'pow2-nearest'"):
+        checkpoint_dir(tmp_path / "gate.parquet", "pow2-nearest")
+    assert checkpoint_dir(tmp_path / "gate.parquet", "own") == tmp_path / "checkpoints" / "own"
+    # a table that covers every checkpoint but whose own arm is not byte-identical is no pass either
+    failed = table.copy()
+    for column in ("bytes_equal", "differing_int8", "differing_scales", "clipped", "f32_division_differing"):
+        failed[column] = failed[column].astype({"bytes_equal": "boolean"}.get(column, "Int64"))
+    failed.loc[failed.arm == "own", "bytes_equal"] = False
+    write_table(failed, tmp_path / "gate.parquet", requant_gate.GATE_SCHEMA, requant_gate.GATE_KEY)
+    stage = tmp_path / "capture"
+    with pytest.raises(GateError, match="not byte-identical"):
+        capture.run(requant[0], stage, gate=tmp_path / "gate.parquet", project_root=PROJECT)
 
 
 def test_failed_capture_leaves_nothing_that_looks_complete(requant: tuple[Config, Path], tmp_path: Path) -> None:

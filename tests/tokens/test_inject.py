@@ -18,7 +18,7 @@ from int8alibi.faults import catalogue as cat
 from int8alibi.faults.campaign import CampaignSettings, cell_rng, fraction_count
 from int8alibi.faults.pipeline import epilogue, reference, tile_partial_sums
 from int8alibi.protocol import load
-from int8alibi.tokens.inject import Cell, InjectionArm, cells, exact_int, int32_accumulator
+from int8alibi.tokens.inject import Cell, InjectionArm, cells, exact_int
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -170,14 +170,13 @@ def test_exact_accumulator_at_the_float32_depth_boundary(k: int) -> None:
     assert torch.equal(exact_int(a_q, w_r), exact_accumulator(a_q, w_r))
 
 
-def test_int32_accumulator_wraps_only_where_the_depth_allows_it() -> None:
+def test_the_depth_bound_wraps_exactly_where_int8_products_can_leave_int32() -> None:
     k = 2**31 // 16384                                    # 131072: 16384 * k = 2^31, just past int32
     a_q = torch.full((1, k), -128, dtype=torch.int8)
     exact = exact_accumulator(a_q, a_q)
-    assert int(exact) == 2**31 and int(int32_accumulator(exact, k)) == -(2**31)
-    assert torch.equal(int32_accumulator(exact[:, :], k), wrap_int32(exact))
+    assert int(exact) == 2**31 and int(wrap_int32(exact, bound=k * 16384)) == -(2**31)
     small = torch.tensor([[2**31 - 1]], dtype=torch.int64)
-    assert int(int32_accumulator(small, k - 1)) == 2**31 - 1
+    assert int(wrap_int32(small, bound=(k - 1) * 16384)) == 2**31 - 1
 
 
 def test_bad_cells_and_shapes_are_refused() -> None:

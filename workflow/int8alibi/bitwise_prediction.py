@@ -52,9 +52,7 @@ def snap_scales(scales: torch.Tensor, *, name: str) -> torch.Tensor:
     A zero scale (an all-zero activation row) multiplies exactly already; anything else that is
     not a positive normal float (negative, subnormal, inf, NaN) makes ``snap_pow2`` raise.
     """
-    zero = scales == 0
-    safe = torch.where(zero, torch.ones_like(scales), scales)
-    return torch.where(zero, scales, snap_pow2(safe, "nearest", name=name))
+    return snap_pow2(scales, "nearest", name=name, keep_zero=True)
 
 
 def snap_operands(op: Operands) -> Operands:

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from .arith import F32_EXACT_BOUND, INT32_PRODUCT_BOUND, is_pow2, ulp_distance
+from .arith.bf16 import nonfinite_bits, ordered_line, signed_bits
+from .arith.bits import bit_pattern, bits_equal
 from .errors import InputError
 
-CHECK_IDS = (1, 2, 3, 4, 5, 6, 7)
 INT32_LIMIT = 2**31
 
 
@@ -68,20 +69,10 @@ class OperandSet:
         return int(self.a_q.shape[1]) * self.repeats
 
 
-def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Bitwise equality: same dtype, shape and bytes (so -0.0 != +0.0 and NaN payloads count)."""
-    if x.dtype != y.dtype or x.shape != y.shape:
-        return False
-    if x.dtype.is_floating_point:
-        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
-        x, y = x.contiguous().view(width), y.contiguous().view(width)
-    return bool(torch.equal(x, y.to(x.device)))
-
-
 def operands_identical(x: OperandSet, y: OperandSet) -> bool:
     """Check 1's question: did the two arms receive bit-identical a_q, w_q, s_a, s_w (and depth)?"""
     return x.repeats == y.repeats and all(
-        _same_bits(getattr(x, name), getattr(y, name)) for name in ("a_q", "w_q", "s_a", "s_w")
+        bits_equal(getattr(x, name), getattr(y, name)) for name in ("a_q", "w_q", "s_a", "s_w")
     )
 
 
@@ -119,9 +110,6 @@ class OutputComparison:
     finiteness_mismatch: int
 
 
-_BF16_EXPONENT = 0x7F80  # all exponent bits set: inf or NaN
-
-
 def nonfinite_index(y: torch.Tensor) -> torch.Tensor:
     """Sorted flat indices of the inf and NaN elements of a bf16 tensor (read off the exponent bits).
 
@@ -132,19 +120,16 @@ def nonfinite_index(y: torch.Tensor) -> torch.Tensor:
         low, high = torch.aminmax(flat)
         if bool(torch.isfinite(low).item()) and bool(torch.isfinite(high).item()):
             return torch.zeros(0, dtype=torch.int64, device=flat.device)
-    bits = flat.view(torch.int16)
-    return ((bits & _BF16_EXPONENT) == _BF16_EXPONENT).nonzero().squeeze(1)
+    return nonfinite_bits(flat.view(torch.int16)).nonzero().squeeze(1)
 
 
 def ordered_positions(y: torch.Tensor) -> torch.Tensor:
     """Flat int32 positions of bf16 values on the line of representable values (+0 and -0 at 0).
 
-    The same line as ``arith.ordered_bf16``, computed in four passes from the sign-extended
-    16 bits (a set sign bit gives b = magnitude - 32768, so -magnitude = -32768 - b): the dense
-    output comparisons of the campaign run it on millions of elements per cell.
+    ``arith.ordered_bf16`` of the flattened tensor: the dense output comparisons of the campaign run
+    it on millions of elements per cell.
     """
-    bits = y.reshape(-1).view(torch.int16).to(torch.int32)
-    return torch.where(bits < 0, -32768 - bits, bits)
+    return ordered_line(signed_bits(y.reshape(-1)))
 
 
 def dense_distance(ordered_a: torch.Tensor, ordered_b: torch.Tensor, nonfinite: torch.Tensor) -> torch.Tensor:
@@ -201,7 +186,7 @@ class ElementDiff:
         if y_a.shape != y_b.shape:
             raise InputError(f"output comparison: shapes differ ({tuple(y_a.shape)} vs {tuple(y_b.shape)})")
         flat_a, flat_b = y_a.reshape(-1), y_b.reshape(-1).to(y_a.device)
-        mask = flat_a.view(torch.int16) != flat_b.view(torch.int16)
+        mask = bit_pattern(flat_a) != bit_pattern(flat_b)
         differing = int(torch.count_nonzero(mask).item())
         nf_a = nonfinite_index(flat_a) if nonfinite_a is None else nonfinite_a
         nf_b = nonfinite_index(flat_b)
@@ -254,7 +239,7 @@ def count_differing(y_a: torch.Tensor, y_b: torch.Tensor) -> int:
     if y_a.dtype != torch.bfloat16 or y_b.dtype != torch.bfloat16 or y_a.shape != y_b.shape:
         raise InputError(f"count_differing: expected two bf16 tensors of one shape, got {y_a.dtype} "
                          f"{tuple(y_a.shape)} and {y_b.dtype} {tuple(y_b.shape)}")
-    return int(torch.count_nonzero(y_a.view(torch.int16) != y_b.to(y_a.device).view(torch.int16)).item())
+    return int(torch.count_nonzero(bit_pattern(y_a) != bit_pattern(y_b.to(y_a.device))).item())
 
 
 def compare_outputs(y_a: torch.Tensor, y_b: torch.Tensor) -> OutputComparison:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import torch
 
 from .arith import compare_bf16
+from .arith.bits import bit_pattern
 from .bitwise_prediction import snap_operands
 from .kernels import Arm
 from .operands import Operands
@@ -114,7 +115,7 @@ def layer_errors(y_a: torch.Tensor, y_b: torch.Tensor, near_zero_fraction: float
     finite_a = torch.isfinite(a)
     pair = finite_a & torch.isfinite(b)
     rms = float(torch.sqrt(torch.mean(a[finite_a] ** 2))) if bool(finite_a.any()) else None
-    differ = y_a.view(torch.int16) != y_b.view(torch.int16)
+    differ = bit_pattern(y_a) != bit_pattern(y_b)
     threshold = near_zero_fraction * (rms or 0.0)
     near = pair & ((a.abs() < threshold) | (a == 0))
     out: dict[str, Any] = {"reference_rms": rms, "max_normalized_error": None, "rms_normalized_error": None,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .definitions import CHECK6_BOTH_REGIMES, COUNT_OUTPUT, MATRICES, STATED, Definition
+from .definitions import CHECK6_BOTH_REGIMES, COUNT_OUTPUT, STATED, Definition
 from .errors import ProtocolError
 
 OUTCOMES = ("TP", "FN", "FP", "TN")
@@ -100,60 +100,65 @@ SPLIT_BY_REGIME = ("F4",)
 POOLED = "both"
 
 
-def outcome(prediction: str, observable: bool, applicable: bool, fired: bool | None) -> str:
-    """The score of one cell x check under one matrix (the reading rule above)."""
-    if not observable:
-        return UNOBSERVABLE
-    if prediction == "n/a" or not applicable:
-        return NOT_APPLICABLE
-    if prediction not in ("fire", "silent") or fired is None:
-        raise ProtocolError(f"cannot score prediction {prediction!r} with verdict {fired!r}")
-    if prediction == "fire":
-        return "TP" if fired else "FN"
-    return "FP" if fired else "TN"
+PREDICTIONS = ("fire", "silent", "n/a")
 
 
-def score_column(predictions: pd.Series, observable: pd.Series, applicable: pd.Series, fired: pd.Series) -> list[str]:
-    """``outcome`` of every row at once (column operations; a campaign scores 57,624 rows twice),
-    refusing the first row ``outcome`` would refuse, with its message."""
-    pred = predictions.to_numpy(dtype=object)
-    seen = observable.to_numpy(dtype=bool)
-    verdict_missing = fired.isna().to_numpy(dtype=bool)
-    verdict = np.zeros(len(pred), dtype=bool)
-    verdict[~verdict_missing] = fired.to_numpy(dtype=object)[~verdict_missing].astype(bool)
-    not_applicable = (pred == "n/a") | ~applicable.to_numpy(dtype=bool)
-    fire = pred == "fire"
-    bad = seen & ~not_applicable & ((~fire & (pred != "silent")) | verdict_missing)
-    if bad.any():
-        i = int(bad.argmax())
-        return [outcome(pred[i], True, True, None if verdict_missing[i] else bool(verdict[i]))]  # raises
-    chosen = np.select([~seen, not_applicable, fire & verdict, fire, verdict],
-                       [UNOBSERVABLE, NOT_APPLICABLE, "TP", "FN", "FP"], "TN")
-    return chosen.tolist()
+def outcomes(prediction: pd.Series, counted: pd.Series, applicable: pd.Series, fired: pd.Series) -> np.ndarray:
+    """The reading rule above over whole columns (a campaign scores 57,624 rows per matrix).
+
+    Refuses any prediction outside fire/silent/n/a, wherever it stands, and a counted, applicable
+    check predicted fire or silent without a verdict.
+    """
+    pred = prediction.to_numpy(dtype=object)
+    if not set(pred) <= set(PREDICTIONS):
+        raise ProtocolError(f"cannot score predictions {sorted(set(pred) - set(PREDICTIONS))}")
+    verdict = fired.map(lambda v: None if v is None or pd.isna(v) else bool(v)).to_numpy(dtype=object)
+    counted_, applicable_ = counted.to_numpy(dtype=bool), applicable.to_numpy(dtype=bool)
+    scored = counted_ & applicable_ & (pred != "n/a")
+    if any(v is None for v in verdict[scored]):
+        raise ProtocolError("cannot score an applicable check without a verdict")
+    fired_ = np.array([bool(v) for v in verdict], dtype=bool) if len(verdict) else np.zeros(0, dtype=bool)
+    table = np.where(pred == "fire", np.where(fired_, "TP", "FN"), np.where(fired_, "FP", "TN"))
+    return np.where(~counted_, UNOBSERVABLE, np.where(scored, table, NOT_APPLICABLE)).astype(object)
 
 
-def score(rows: pd.DataFrame, matrices: dict[str, pd.DataFrame], exploratory: bool) -> pd.DataFrame:
-    """Join each cell x check with its prediction under both matrices and score it.
+def outcome(prediction: str, counted: bool, applicable: bool, fired: bool | None) -> str:
+    """``outcomes`` of one cell x check (the token-level check 7 scores its cells one at a time)."""
+    return str(outcomes(pd.Series([prediction], dtype=object), pd.Series([counted]), pd.Series([applicable]),
+                        pd.Series([fired], dtype=object))[0])
+
+
+def with_predictions(view: pd.DataFrame, matrix: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``view`` (``viewed``) joined with matrix ``name``: each row's ``prediction``, ``predicted_miss``
+    and ``score``. A cell x check without exactly one prediction is a protocol error."""
+    m = matrix[["fault", "severity", "check", "prediction", "predicted_miss"]]
+    if m.duplicated(["fault", "severity", "check"]).any():
+        raise ProtocolError(f"prediction matrix {name!r} has more than one row for some (fault, severity, check)")
+    joined = view.merge(m, on=["fault", "severity", "check"], how="left", validate="many_to_one")
+    if joined["prediction"].isna().any():
+        first = joined[joined["prediction"].isna()].iloc[0]
+        raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
+                            f"{first['severity']} check {first['check']}")
+    joined["predicted_miss"] = joined["predicted_miss"].astype(bool)
+    joined["score"] = outcomes(joined["prediction"], joined["counted"], joined["applicable"], joined["fired"])
+    return joined
+
+
+def score(rows: pd.DataFrame, matrices: Mapping[str, pd.DataFrame], exploratory: bool) -> pd.DataFrame:
+    """The campaign's rows with their predictions and scores under both matrices (the cells table's
+    ``predicted_*``, ``predicted_miss_*`` and ``score_*`` columns): the stated definition's rows of
+    ``definition_scores``, the path the scorecard is counted from.
 
     ``matrices`` maps "corrected"/"original" to ``Protocol.matrix(...)`` frames (one row per
-    fault, severity, check). A cell x check without exactly one prediction is a protocol error.
+    fault, severity, check).
     """
+    stated = definition_scores(rows, [STATED], matrices, ulp_tolerance=None)
     out = rows.copy()
-    for name in MATRICES:
-        if name not in matrices:
-            raise ProtocolError(f"scoring needs the {name!r} prediction matrix")
-        m = matrices[name][["fault", "severity", "check", "prediction", "predicted_miss"]]
-        m = m.rename(columns={"prediction": f"predicted_{name}", "predicted_miss": f"predicted_miss_{name}"})
-        if m.duplicated(["fault", "severity", "check"]).any():
-            raise ProtocolError(f"prediction matrix {name!r} has more than one row for some (fault, severity, check)")
-        out = out.merge(m, on=["fault", "severity", "check"], how="left", validate="many_to_one")
-        missing = out[out[f"predicted_{name}"].isna()]
-        if len(missing):
-            first = missing.iloc[0]
-            raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
-                                f"{first['severity']} check {first['check']}")
-        out[f"predicted_miss_{name}"] = out[f"predicted_miss_{name}"].astype(bool)
-        out[f"score_{name}"] = score_column(out[f"predicted_{name}"], out["observable"], out["applicable"], out["fired"])
+    for name in STATED.matrices:
+        part = stated[stated["matrix"] == name]
+        for column in ("prediction", "predicted_miss", "score"):
+            target = column.replace("prediction", "predicted")
+            out[f"{target}_{name}"] = part[column].to_numpy()
     out["exploratory"] = exploratory
     return out
 
@@ -182,9 +187,9 @@ def reverted_matrix(corrected: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int) -> pd.DataFrame:
+def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int | None) -> pd.DataFrame:
     """The cells table as ``definition`` reads it: ``counted``, ``applicable``/``fired`` (check 6 read
-    in both regimes where it says so) and ``hit`` (an applicable check fired)."""
+    in both regimes where it says so, against ``ulp_tolerance``) and ``hit`` (an applicable check fired)."""
     out = cells.copy()
     fired = out["fired"].astype(object)
     applicable = out["applicable"].astype(bool).copy()
@@ -196,6 +201,8 @@ def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int) -> p
         operands = pd.MultiIndex.from_frame(out[CELL_KEY]).map(changed.to_dict())
         counted = out["observable"].astype(bool) | pd.Series(operands, index=out.index).fillna(False).astype(bool)
     if definition.check6 == CHECK6_BOTH_REGIMES:
+        if ulp_tolerance is None:
+            raise ProtocolError(f"definition {definition.name!r} reads check 6 in both regimes: it needs the ulp tolerance")
         # Check 6's verdict where it does not apply (every scale a power of two), read off the recorded
         # max finite ulp; with a non-finite element the finiteness test is not recorded: stays n/a.
         ulp = pd.to_numeric(out["max_ulp"], errors="coerce")
@@ -209,23 +216,8 @@ def viewed(cells: pd.DataFrame, definition: Definition, ulp_tolerance: int) -> p
     return out
 
 
-def outcomes(prediction: pd.Series, counted: pd.Series, applicable: pd.Series, fired: pd.Series) -> np.ndarray:
-    """``outcome`` over whole columns (same reading rule, same refusals)."""
-    pred = prediction.to_numpy(dtype=object)
-    if not set(pred) <= {"fire", "silent", "n/a"}:
-        raise ProtocolError(f"cannot score predictions {sorted(set(pred) - {'fire', 'silent', 'n/a'})}")
-    verdict = fired.map(lambda v: None if v is None or pd.isna(v) else bool(v)).to_numpy(dtype=object)
-    counted_, applicable_ = counted.to_numpy(dtype=bool), applicable.to_numpy(dtype=bool)
-    scored = counted_ & applicable_ & (pred != "n/a")
-    if any(v is None for v in verdict[scored]):
-        raise ProtocolError("cannot score an applicable check without a verdict")
-    fired_ = np.array([bool(v) for v in verdict], dtype=bool) if len(verdict) else np.zeros(0, dtype=bool)
-    table = np.where(pred == "fire", np.where(fired_, "TP", "FN"), np.where(fired_, "FP", "TN"))
-    return np.where(~counted_, UNOBSERVABLE, np.where(scored, table, NOT_APPLICABLE)).astype(object)
-
-
 def definition_scores(cells: pd.DataFrame, definitions: Sequence[Definition], matrices: Mapping[str, pd.DataFrame],
-                      ulp_tolerance: int) -> pd.DataFrame:
+                      ulp_tolerance: int | None) -> pd.DataFrame:
     """One row per definition x its matrix x cell x check: prediction, predicted miss, counted, hit, score."""
     frames = []
     for definition in definitions:
@@ -233,13 +225,7 @@ def definition_scores(cells: pd.DataFrame, definitions: Sequence[Definition], ma
         for name in definition.matrices:
             if name not in matrices:
                 raise ProtocolError(f"definition {definition.name!r} needs the {name!r} prediction matrix")
-            m = matrices[name][["fault", "severity", "check", "prediction", "predicted_miss"]]
-            joined = view.merge(m, on=["fault", "severity", "check"], how="left", validate="many_to_one")
-            if joined["prediction"].isna().any():
-                first = joined[joined["prediction"].isna()].iloc[0]
-                raise ProtocolError(f"prediction matrix {name!r} has no prediction for {first['fault']} "
-                                    f"{first['severity']} check {first['check']}")
-            joined["score"] = outcomes(joined["prediction"], joined["counted"], joined["applicable"], joined["fired"])
+            joined = with_predictions(view, matrices[name], name)
             joined["definition"], joined["matrix"] = definition.name, name
             frames.append(joined[["definition", "matrix", *CELLS_KEY, "prediction", "predicted_miss", "counted",
                                   "applicable", "hit", "score"]])
@@ -284,7 +270,7 @@ def detection(scores: pd.DataFrame) -> pd.DataFrame:
     applicable check fired, and which checks fired on some counted cell (comma-separated). A plain
     cells table (no ``definition`` column) is read under the stated rule."""
     if "definition" not in scores:
-        scores = viewed(scores, STATED, ulp_tolerance=1).assign(definition=STATED.name, matrix=STATED.matrices[0])
+        scores = viewed(scores, STATED, ulp_tolerance=None).assign(definition=STATED.name, matrix=STATED.matrices[0])
     frame = _one_matrix(scores)
     regimes = [r if f in SPLIT_BY_REGIME else POOLED for f, r in zip(frame["fault"], frame["regime"])]
     frame = frame.assign(group_regime=regimes)

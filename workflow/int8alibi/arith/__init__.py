@@ -13,6 +13,7 @@ from .bounds import (
     f32_exact,
     int32_bound_holds,
 )
+from . import bf16
 from .pow2 import is_pow2, snap_pow2
 from .rounding import bf16_round
 from .ulp import BF16Comparison, bf16_bits, compare_bf16, ordered_bf16, ulp_distance
@@ -25,6 +26,7 @@ __all__ = [
     "FP64_EXACT_DEPTH",
     "INT32_PRODUCT_BOUND",
     "INT8_PRODUCT_MAX",
+    "bf16",
     "bf16_bits",
     "bf16_round",
     "compare_bf16",

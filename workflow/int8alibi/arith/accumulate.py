@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 
 from ..errors import InputError
-from .bounds import F32_EXACT_BOUND, F64_EXACT_BOUND, INT8_PRODUCT_MAX
+from .bounds import F32_EXACT_BOUND, F64_EXACT_BOUND, INT8_PRODUCT_MAX, INT32_LIMIT
 
 AccumulatorPath = Literal["auto", "fp64", "int64", "fp32"]
 
@@ -124,9 +124,18 @@ def exact_accumulator(
     return _chunked_product(a_q, w_q, torch.float64, chunk)
 
 
-def wrap_int32(acc: torch.Tensor) -> torch.Tensor:
-    """The int32 a kernel's accumulator holds for the exact sum ``acc``: two's-complement wrap."""
+def wrap_int32(acc: torch.Tensor, *, bound: int | None = None) -> torch.Tensor:
+    """The int32 a kernel's accumulator holds for the exact sum ``acc``: two's-complement wrap.
+
+    ``bound``: a bound on |acc| the caller already knows (the measured largest magnitude, or
+    16384 * K for int8 operands of depth K). Within int32 the wrap is the identity, and one
+    conversion pass says so instead of the wrap's several.
+    """
     if acc.dtype != torch.int64:
         raise InputError(f"wrap_int32: accumulator dtype {acc.dtype} is not torch.int64")
+    if bound is not None and bound < 0:
+        raise InputError(f"wrap_int32: bound {bound} on |acc| is negative")
+    if bound is not None and bound < INT32_LIMIT:
+        return acc.to(torch.int32)
     low = acc & 0xFFFFFFFF
-    return torch.where(low >= 2**31, low - 2**32, low).to(torch.int32)
+    return torch.where(low >= INT32_LIMIT, low - 2 * INT32_LIMIT, low).to(torch.int32)

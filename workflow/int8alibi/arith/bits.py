@@ -1,4 +1,5 @@
-"""IEEE-754 fields of float tensors as int64, so every rounding decision is integer arithmetic.
+"""IEEE-754 fields of float tensors as int64, so every rounding decision is integer arithmetic, and
+bit patterns of any tensor, so "identical" means identical bits (signed zeros and NaN payloads count).
 
 Integer operations give the same answer on every device; float conversions need not (flush-to-zero
 modes, interpreter casts). Everything in `arith` that inspects or builds a float goes through here.
@@ -68,3 +69,22 @@ def assemble(sign: torch.Tensor, magnitude: torch.Tensor, fmt: FloatFormat) -> t
     """
     signed = torch.where(sign, magnitude + torch.iinfo(fmt.int_dtype).min, magnitude)
     return signed.to(fmt.int_dtype).view(fmt.dtype)
+
+
+_SAME_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bit_pattern(x: torch.Tensor) -> torch.Tensor:
+    """A float tensor's elements as same-width integers (bf16 and float16 as int16, float32 as int32,
+    ...); any other tensor as it is. Comparing these compares bits, not values."""
+    if not x.dtype.is_floating_point:
+        return x
+    return x.contiguous().view(_SAME_WIDTH[x.element_size()])
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, same shape and the same bits (``b`` read on ``a``'s device): -0.0 is not +0.0 and
+    NaNs are equal only with equal payloads."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(torch.equal(bit_pattern(a), bit_pattern(b.to(a.device))))

@@ -1,8 +1,7 @@
 """Distances between bf16 outputs in units of bf16 spacing, and the bitwise comparison of two outputs.
 
-Mapping sign-magnitude bits to a signed integer line (``ordered_bf16``) makes the spacing count a
-plain subtraction that also crosses zero. Non-finite values have no distance: they are counted
-apart so that an inf or NaN can never hide inside a maximum.
+Distances are subtractions on the ordered line of ``arith.bf16``. Non-finite values have no
+distance: they are counted apart so that an inf or NaN can never hide inside a maximum.
 """
 
 from __future__ import annotations
@@ -12,20 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-
-_SIGN = 0x8000
-_MAGNITUDE = 0x7FFF
-_INF = 0x7F80
-
-
-def _require_bf16(x: torch.Tensor, what: str) -> None:
-    if x.dtype != torch.bfloat16:
-        raise InputError(f"{what}: dtype {x.dtype} is not torch.bfloat16")
+from .bf16 import nonfinite_bits, ordered_line, require_bf16, signed_bits, subnormal_bits, unsigned_bits
 
 
 def _require_pair(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    _require_bf16(a, f"{what} first operand")
-    _require_bf16(b, f"{what} second operand")
+    require_bf16(a, f"{what} first operand")
+    require_bf16(b, f"{what} second operand")
     if a.shape != b.shape:
         raise InputError(f"{what}: shapes differ ({tuple(a.shape)} vs {tuple(b.shape)})")
     if a.device != b.device:
@@ -34,8 +25,8 @@ def _require_pair(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 
 def bf16_bits(x: torch.Tensor) -> torch.Tensor:
     """The 16 bits of each bf16 element as an int32 in [0, 0xFFFF]."""
-    _require_bf16(x, "bf16_bits input")
-    return x.view(torch.int16).to(torch.int32) & 0xFFFF
+    require_bf16(x, "bf16_bits input")
+    return unsigned_bits(x)
 
 
 def ordered_bf16(x: torch.Tensor) -> torch.Tensor:
@@ -44,9 +35,8 @@ def ordered_bf16(x: torch.Tensor) -> torch.Tensor:
     Adjacent finite values differ by one; the smallest positive and negative subnormals sit at +1
     and -1. Meaningless for NaN (``ulp_distance`` masks it).
     """
-    bits = bf16_bits(x)
-    magnitude = bits & _MAGNITUDE
-    return torch.where((bits & _SIGN) != 0, -magnitude, magnitude)
+    require_bf16(x, "ordered_bf16 input")
+    return ordered_line(signed_bits(x))
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -77,11 +67,6 @@ class BF16Comparison:
     finite_pairs: int
 
 
-def _subnormal_count(bits: torch.Tensor) -> int:
-    magnitude = bits & _MAGNITUDE
-    return int(((magnitude != 0) & (magnitude < 0x0080)).sum().item())
-
-
 def compare_bf16(a: torch.Tensor, b: torch.Tensor) -> BF16Comparison:
     """Compare two bf16 outputs element by element: bitwise, in ulps, and by value class."""
     _require_pair(a, b, "compare_bf16")
@@ -94,9 +79,9 @@ def compare_bf16(a: torch.Tensor, b: torch.Tensor) -> BF16Comparison:
         elements=a.numel(),
         differing=int((bits_a != bits_b).sum().item()),
         max_finite_ulp=max_ulp,
-        nonfinite_a=int(((bits_a & _MAGNITUDE) >= _INF).sum().item()),
-        nonfinite_b=int(((bits_b & _MAGNITUDE) >= _INF).sum().item()),
-        subnormal_a=_subnormal_count(bits_a),
-        subnormal_b=_subnormal_count(bits_b),
+        nonfinite_a=int(nonfinite_bits(bits_a).sum().item()),
+        nonfinite_b=int(nonfinite_bits(bits_b).sum().item()),
+        subnormal_a=int(subnormal_bits(bits_a).sum().item()),
+        subnormal_b=int(subnormal_bits(bits_b).sum().item()),
         finite_pairs=finite_pairs,
     )

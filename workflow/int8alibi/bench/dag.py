@@ -25,7 +25,6 @@ from ..model.size import ModelSize, model_size, read_hf_config
 from ..runtime.device_memory import peak_reserved_bytes
 
 MIB = 1 << 20
-SHARDED = {"faults": "faults"}  # a folder of per-job files that belong to one stage (generate/ too)
 
 
 @dataclass(frozen=True)

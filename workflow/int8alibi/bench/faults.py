@@ -35,9 +35,9 @@ from ..faults import CELLS_PER_LAYER, CampaignSettings, run_campaign
 from ..faults.run import ENGINES, resolve_engine
 from ..operands import QWEN3_SHAPES, Operands, synthetic_layer
 from ..provenance.parquet import write_table
-from ..scoring import CELLS_KEY, CELLS_SCHEMA
+from ..definitions import MATRICES
 from ..protocol import load
-from ..scoring import MATRICES, detection, score
+from ..scoring import CELLS_KEY, CELLS_SCHEMA, detection, score
 
 
 def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:

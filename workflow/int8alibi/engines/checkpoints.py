@@ -34,13 +34,16 @@ def gate_verdict(gate: Path) -> str:
 
 def checkpoint_dir(gate: Path, name: str) -> Path:
     """``<requant>/checkpoints/<name>`` beside the gate table ``<requant>/gate.parquet``, once the
-    gate table has been checked."""
+    gate table has been checked (one passing verdict, own byte-identical) and found to cover ``name``.
+    The one gate check of every stage that reads a checkpoint."""
     if name not in CHECKPOINT_VARIANTS:
         raise InputError(f"checkpoint {name!r}: expected one of {list(CHECKPOINT_VARIANTS)}")
     gate = Path(gate)
     if not gate.is_file():
         raise InputError(f"{gate}: requant gate table not found; its checkpoints are not verified")
     gate_verdict(gate)
+    if name not in set(read_table(gate, GATE_SCHEMA)["arm"]):
+        raise InputError(f"{gate}: no gate rows for checkpoint {name!r}; it is not verified")
     path = gate.parent / CHECKPOINTS_DIR / name
     if not (path / "config.json").is_file():
         raise InputError(f"{path}: checkpoint {name!r} not found beside the requant gate {gate}")

@@ -10,7 +10,7 @@ batched with.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,19 +43,14 @@ class OwnEngine:
         """
         if new_tokens < 1:
             raise InputError(f"{self.label}: new_tokens must be >= 1, got {new_tokens}")
-        cache = cache_argument(self.model)
         out: list[list[int]] = []
         bar = Progress(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
         for prompt in prompts:
-            ids = torch.tensor([list(prompt)], dtype=torch.int64, device=self.device)
-            step = self.model(input_ids=ids, use_cache=True)
+            steps = greedy_steps(self.model, torch.tensor([list(prompt)], dtype=torch.int64, device=self.device))
             tokens: list[torch.Tensor] = []
-            for i in range(new_tokens):
-                nxt = step.logits[:, -1, :].argmax(dim=-1)
-                tokens.append(nxt)
+            for _ in range(new_tokens):
+                tokens.append(next(steps)[1])
                 bar.update(1)
-                if i + 1 < new_tokens:
-                    step = self.model(input_ids=nxt[:, None], use_cache=True, **{cache: getattr(step, cache)})
             out.append(torch.cat(tokens).tolist())
         bar.close()
         return out
@@ -85,6 +80,23 @@ def cache_argument(model: Any) -> str:
     """The name under which this transformers version passes the KV cache in and out of forward
     (``cache`` from transformers 5.x, ``past_key_values`` before)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def greedy_steps(model: Any, prompt_ids: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Greedy KV-cache decoding of a batch of one, one forward per ``next()``: the first runs the
+    prompt ``[1, P]``, each later one the token yielded before it. Yields the newest position's
+    logits ``[V]`` and its argmax ``[1]`` (int64, on the model's device: nothing is read back).
+
+    Ties in the argmax go to the lowest token id (torch.argmax returns the first maximum). A caller
+    that wraps ``next()`` in a context (a trace, operand taps) wraps exactly that step's forward.
+    """
+    cache = cache_argument(model)
+    step = model(input_ids=prompt_ids, use_cache=True)
+    while True:
+        logits = step.logits[0, -1]
+        nxt = logits.argmax(dim=-1, keepdim=True)
+        yield logits, nxt
+        step = model(input_ids=nxt[None, :], use_cache=True, **{cache: getattr(step, cache)})
 
 
 def load_parent(cfg: Config, device: torch.device) -> OwnEngine:

@@ -33,7 +33,10 @@ import numpy as np
 import torch
 
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
-from ..checks import EvidenceColumns
+from ..arith.bf16 import nonfinite_bits, signed_bits
+from ..arith.bits import bit_pattern
+from ..arith.pow2 import snapped_pow2
+from ..checks import EvidenceColumns, Thresholds
 from ..operands import Operands
 from . import catalogue as cat
 from . import compare
@@ -46,10 +49,13 @@ R = len(REGIMES)
 CELLS_PER_REGIME = CELLS_PER_LAYER // R
 # Arm B slabs, in the order of the stacked output tensor.
 SLABS = (*EPILOGUE_FAULTS, "F9-all", "F9-one", "F9-pct", "F6", "F7")
-_F9, _F6 = 5, 8
-INT32_MAX = 2**31 - 1
-# Columns of the per-cell table read back from the device.
-DIFFERING, MAX_D, NONFINITE, MISMATCH, CHANGED, ABSMAX, ACC_MATCH, POW2, IDENTICAL, REPEATS, BOOSTED = range(11)
+# Columns of each cell's row in the table read back from the device: the output comparison
+# (``checks.OutputComparison``'s counts) and the elements the fault changed.
+DIFFERING, MAX_D, NONFINITE, MISMATCH, CHANGED = range(5)
+# Facts read back per layer (one value each) and per layer and regime (one per regime), by name.
+LAYER_FACTS = ("absmax", "base_match", "r6", "match6", "r7", "match7", "boosted", "absmax7", "absmax_all",
+               "match_all", "ident_all")
+REGIME_FACTS = ("absmax_one", "match_one", "ident_one", "ident_pct", "pow2", "pow2_pct")
 
 
 @dataclass(frozen=True)
@@ -136,14 +142,8 @@ def _scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     values; anything else raises the flag and the layers are rerun by the per-cell engine, whose
     validation then names the problem.
     """
-    bits = s.view(torch.int32)
-    exp, frac = (bits >> 23) & 0xFF, bits & 0x7FFFFF
-    zero = s == 0
-    significand = ((1 << 23) + frac).to(torch.int64)
-    snapped_exp = exp + (significand * significand >= 2 << 46).to(torch.int32)
-    bad = (~torch.isfinite(s) | (s < 0) | (~zero & ((exp == 0) | (snapped_exp >= 0xFF)))).any()
-    snapped = (snapped_exp.clamp(max=0xFE) << 23).view(torch.float32)
-    return s, torch.where(zero, s, snapped), bad
+    snapped, refused, overflow = snapped_pow2(s, "nearest", keep_zero=True)
+    return s, snapped, (refused | overflow).any()
 
 
 def _exact(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor | None = None) -> torch.Tensor:
@@ -211,40 +211,156 @@ class _Pending:
                 values[cells:-1].reshape(layers, -1), bool(values[-1]))
 
 
-def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.device, draws: list[Picks],
-             staging: _Staging) -> _Pending:
-    """Queue every cell of a batch of same-shaped layers on ``device``; nothing is read back here."""
-    th = settings.thresholds
-    a_q = torch.stack([op.a_q.to(device) for op in ops])                          # [L, M, K]
-    w_q = torch.stack([op.w_q.to(device) for op in ops])                          # [L, N, K]
-    layers, m, k = a_q.shape
-    n = w_q.shape[1]
-    mn = m * n
+def _batch_scales(ops: list[Operands], device: torch.device, m: int, n: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Both regimes' scales, s_a [L, R, M] and s_w [L, R, N] in float32, and the flags of scales the
+    snap refuses (their layers are rerun by the per-cell engine)."""
     sa_own, sa_pow2, bad_a = _scales(torch.stack([op.s_a.to(device).reshape(m) for op in ops]).to(torch.float32))
     sw_own, sw_pow2, bad_w = _scales(torch.stack([op.s_w.to(device).reshape(n) for op in ops]).to(torch.float32))
-    flags = [bad_a, bad_w]
-    s_a, s_w = torch.stack([sa_own, sa_pow2], 1), torch.stack([sw_own, sw_pow2], 1)   # [L, R, M], [L, R, N]
+    return torch.stack([sa_own, sa_pow2], 1), torch.stack([sw_own, sw_pow2], 1), [bad_a, bad_w]
 
-    # The seeded draws, sent at once: flat positions (offset to each layer's slabs), segment sizes,
-    # F9-one's (row, col) and F9-pct's rows per layer and regime.
-    pct = fraction_count(settings.pct_fraction, m)
+
+@dataclass
+class _Draws:
+    """A batch's seeded draws on the device: flat positions into the arm B outputs (offset to each
+    layer's slabs) with the size of each segment, F9-one's (row, col) and F9-pct's rows per regime."""
+
+    at: torch.Tensor
+    sizes: torch.Tensor
+    one_at: torch.Tensor
+    pct_rows: torch.Tensor
+    positions: int
+    segments: int   # segments per layer
+    pct: int        # F9-pct rows per regime
+
+
+def _send_draws(draws: list[Picks], settings: CampaignSettings, staging: _Staging, device: torch.device,
+                m: int, mn: int) -> _Draws:
+    """Every layer's draws in one transfer."""
+    layers, pct = len(draws), fraction_count(settings.pct_fraction, m)
     host = np.concatenate([
         *(d.flat + i * len(SLABS) * R * mn for i, d in enumerate(draws)),
         *(np.asarray(d.sizes, dtype=np.int64) for d in draws),
         *(np.asarray(d.f9_one, dtype=np.int64).reshape(-1) for d in draws),
         *(r for d in draws for r in d.f9_pct)])
-    positions = sum(d.flat.size for d in draws)
-    segments = len(draws[0].sizes)
+    positions, segments = sum(d.flat.size for d in draws), len(draws[0].sizes)
     at, sizes, one_at, pct_rows = staging.send(host, device).split(
         [positions, layers * segments, layers * R * 2, layers * R * pct])
+    return _Draws(at, sizes, one_at, pct_rows, positions, segments, pct)
 
-    w_t64 = _weights64(w_q)
+
+@dataclass
+class _Base:
+    """The fault-free accumulators of a batch: exact (int64 [L, M, N]), as a kernel holds them
+    (int32), as float32, and their extremes per layer."""
+
+    acc: torch.Tensor
+    acc_max: torch.Tensor
+    acc_min: torch.Tensor
+    absmax: torch.Tensor
+    acc32: torch.Tensor
+    accf: torch.Tensor
+    match: torch.Tensor   # per layer: the int32 accumulator equals the exact one
+
+
+def _base(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor) -> _Base:
     acc = _exact(a_q, w_q, w_t64)
     acc_max, acc_min = acc.amax((1, 2)), acc.amin((1, 2))
-    absmax = torch.maximum(acc_max, -acc_min)
     acc32 = wrap_int32(acc)
-    base_match = _rowwise_all(acc32.to(torch.int64) == acc)
-    accf = acc32.to(torch.float32)
+    return _Base(acc, acc_max, acc_min, torch.maximum(acc_max, -acc_min), acc32, acc32.to(torch.float32),
+                 _rowwise_all(acc32.to(torch.int64) == acc))
+
+
+def _f6(base: _Base) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """F6: the least depth at which the accumulator wraps (``catalogue.f6_overflow_repeats``).
+    (int32 accumulator, facts r6/match6, flag: a layer with no such depth)."""
+    big = torch.full_like(base.acc_max, 2**40)
+    top, bottom = base.acc_max, -base.acc_min
+    r6 = torch.minimum(torch.where(top > 0, -(-(2**31) // top.clamp(min=1)), big),
+                       torch.where(bottom > 0, 2**31 // bottom.clamp(min=1) + 1, big))
+    flag = (r6 == big).any()
+    r6 = torch.where(r6 == big, torch.ones_like(r6), r6)
+    exact6 = base.acc * r6[:, None, None]
+    acc32_6 = wrap_int32(exact6)
+    return acc32_6, {"r6": r6, "match6": _rowwise_all(acc32_6.to(torch.int64) == exact6)}, flag
+
+
+def _f7(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor, th: Thresholds
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """F7: tile past 2^24 below the int32 bound; boost row 0 first when tiling alone cannot.
+    (int32 accumulator, facts r7/match7/boosted/absmax7, flag: a layer neither way reaches)."""
+    layers, m, k = a_q.shape
+
+    def depth(top_abs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = th.f32_exact_bound // top_abs.clamp(min=1) + 1
+        return r, (top_abs > 0) & (th.product_bound * r * k < th.int32_limit)
+
+    every = torch.arange(layers, device=a_q.device)
+    r0, ok0 = depth(base.absmax)
+    j = w_q.to(torch.int32).abs().sum(dim=2).argmax(dim=1)                       # [L]
+    boost_row = (127 * torch.sign(w_q[every, j].to(torch.int16))).to(torch.int8)  # [L, K]
+    new_row0 = _exact(boost_row[:, None, :], w_q, w_t64)[:, 0]                    # [L, N]
+    rest = base.acc[:, 1:].abs().amax((1, 2)) if m > 1 else torch.zeros_like(base.absmax)
+    absmax_b = torch.maximum(rest, new_row0.abs().amax(1))
+    rb, okb = depth(absmax_b)
+    boosted = ~ok0
+    r7 = torch.where(boosted, rb, r0)
+    acc7 = base.acc.clone()
+    acc7[:, 0] = torch.where(boosted[:, None], new_row0, base.acc[:, 0])
+    exact7 = acc7 * r7[:, None, None]
+    del acc7
+    acc32_7 = wrap_int32(exact7)
+    facts = {"r7": r7, "match7": _rowwise_all(acc32_7.to(torch.int64) == exact7), "boosted": boosted,
+             "absmax7": r7 * torch.where(boosted, absmax_b, base.absmax)}
+    return acc32_7, facts, (boosted & ~okb).any()
+
+
+def _f9_all(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor
+            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 all: every activation element one step away. (int32 accumulator, facts)."""
+    a_all = cat.f9_all(a_q)
+    acc_all = _exact(a_all, w_q, w_t64)
+    acc32_all = wrap_int32(acc_all)
+    return acc32_all, {"absmax_all": torch.maximum(base.absmax, acc_all.abs().amax((1, 2))),
+                       "match_all": base.match & _rowwise_all(acc32_all.to(torch.int64) == base.acc),
+                       "ident_all": ~(a_all != a_q).flatten(1).any(1)}
+
+
+def _f9_one(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, one_at: torch.Tensor
+            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 one, per layer and regime: one element moved, one accumulator row changed (rank one).
+    (int32 accumulators [L, R, M, N], facts per regime)."""
+    layers = a_q.shape[0]
+    rows, cols = one_at.reshape(layers, R, 2).unbind(-1)                           # [L, R] each
+    li, ri = torch.arange(layers, device=a_q.device)[:, None], torch.arange(R, device=a_q.device)[None, :]
+    before = a_q[li, rows, cols]                                                   # [L, R] int8
+    step = torch.where(before == 127, -1, 1)
+    acc_row = base.acc[li, rows] + step[..., None] * w_q[li, :, cols].to(torch.int64)   # [L, R, N]
+    wrapped = wrap_int32(acc_row)
+    acc32_one = base.acc32[:, None].repeat(1, R, 1, 1)
+    acc32_one[li, ri, rows] = wrapped
+    return acc32_one, {
+        "absmax_one": torch.maximum(base.absmax[:, None], acc_row.abs().amax(-1)),
+        "match_one": base.match[:, None] & (wrapped.to(torch.int64) == base.acc[li, rows]).all(-1),
+        "ident_one": (before.to(torch.int16) + step).to(torch.int8) == before}     # the only element that can move
+
+
+def _f9_pct(s_a: torch.Tensor, pct_rows: torch.Tensor, pct: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 pct, per layer and regime: a fraction of the activation scales one float32 step up.
+    (the scales, facts per regime)."""
+    chosen = pct_rows.reshape(s_a.shape[0], R, pct)
+    picked = s_a.gather(2, chosen)
+    s_a_pct = s_a.scatter(2, chosen, torch.nextafter(picked, torch.full_like(picked, float("inf"))))
+    return s_a_pct, {"ident_pct": ~(bit_pattern(s_a_pct) != bit_pattern(s_a)).any(-1)}
+
+
+def _outputs(base: _Base, s_a: torch.Tensor, s_w: torch.Tensor, f5: torch.Tensor, arms: dict[str, torch.Tensor],
+             s_a_pct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Every arm B output, [L, slab, R, M, N] bf16 (``SLABS``), each rounded from its float32 values
+    as it is made, the reference [L, R, M, N], and the NaN flags. ``arms``: the int32 accumulators
+    of the operand and precondition faults by slab name."""
+    accf = base.accf
+    layers, m, n = s_a.shape[0], s_a.shape[2], s_w.shape[2]
 
     def scaled(acc_f32: torch.Tensor, sa: torch.Tensor) -> torch.Tensor:
         """``pipeline.scale`` for both regimes at once: [L, R, M, N] from [L, M, N] or [L, R, M, N]."""
@@ -252,147 +368,118 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
             acc_f32 = acc_f32[:, None]
         return (acc_f32 * sa[..., None]) * s_w[:, :, None, :]
 
-    f5 = _f5_totals(a_q, w_q, s_w, settings.tile_width)
-
-    # F6: the least depth at which the accumulator wraps (``catalogue.f6_overflow_repeats``).
-    big = torch.full_like(acc_max, 2**40)
-    top, bottom = acc_max, -acc_min
-    r6 = torch.minimum(torch.where(top > 0, -(-(2**31) // top.clamp(min=1)), big),
-                       torch.where(bottom > 0, 2**31 // bottom.clamp(min=1) + 1, big))
-    flags.append((r6 == big).any())
-    r6 = torch.where(r6 == big, torch.ones_like(r6), r6)
-    exact6 = acc * r6[:, None, None]
-    acc32_6 = wrap_int32(exact6)
-    match6 = _rowwise_all(acc32_6.to(torch.int64) == exact6)
-    del exact6
-
-    # F7: tile past 2^24 below the int32 bound; boost row 0 first when tiling alone cannot.
-    def f7_depth(top_abs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r = th.f32_exact_bound // top_abs.clamp(min=1) + 1
-        return r, (top_abs > 0) & (th.product_bound * r * k < th.int32_limit)
-
-    every = torch.arange(layers, device=device)
-    r0, ok0 = f7_depth(absmax)
-    j = w_q.to(torch.int32).abs().sum(dim=2).argmax(dim=1)                       # [L]
-    boost_row = (127 * torch.sign(w_q[every, j].to(torch.int16))).to(torch.int8)  # [L, K]
-    new_row0 = _exact(boost_row[:, None, :], w_q, w_t64)[:, 0]                          # [L, N]
-    rest = acc[:, 1:].abs().amax((1, 2)) if m > 1 else torch.zeros_like(absmax)
-    absmax_b = torch.maximum(rest, new_row0.abs().amax(1))
-    rb, okb = f7_depth(absmax_b)
-    boosted = ~ok0
-    flags.append((boosted & ~okb).any())
-    r7 = torch.where(boosted, rb, r0)
-    acc7 = acc.clone()
-    acc7[:, 0] = torch.where(boosted[:, None], new_row0, acc[:, 0])
-    exact7 = acc7 * r7[:, None, None]
-    del acc7
-    acc32_7 = wrap_int32(exact7)
-    match7 = _rowwise_all(acc32_7.to(torch.int64) == exact7)
-    del exact7
-    absmax7 = r7 * torch.where(boosted, absmax_b, absmax)
-
-    # F9 all: every activation element one step away.
-    a_all = cat.f9_all(a_q)
-    acc_all = _exact(a_all, w_q, w_t64)
-    del w_t64
-    acc32_all = wrap_int32(acc_all)
-    absmax_all = torch.maximum(absmax, acc_all.abs().amax((1, 2)))
-    del acc_all
-    match_all = base_match & _rowwise_all(acc32_all.to(torch.int64) == acc)
-    ident_all = ~(a_all != a_q).flatten(1).any(1)
-
-    # F9 one, per layer and regime: one element moved, one accumulator row changed (rank one).
-    rows, cols = one_at.reshape(layers, R, 2).unbind(-1)                           # [L, R] each
-    li, ri = every[:, None], torch.arange(R, device=device)[None, :]
-    before = a_q[li, rows, cols]                                                   # [L, R] int8
-    step = torch.where(before == 127, -1, 1)
-    acc_row = acc[li, rows] + step[..., None] * w_q[li, :, cols].to(torch.int64)   # [L, R, N]
-    wrapped = wrap_int32(acc_row)
-    acc32_one = acc32[:, None].repeat(1, R, 1, 1)
-    acc32_one[li, ri, rows] = wrapped
-    absmax_one = torch.maximum(absmax[:, None], acc_row.abs().amax(-1))
-    match_one = base_match[:, None] & (wrapped.to(torch.int64) == acc[li, rows]).all(-1)
-    ident_one = (before.to(torch.int16) + step).to(torch.int8) == before         # the only element that can move
-
-    # F9 pct, per layer and regime: a fraction of the activation scales one float32 step up.
-    chosen = pct_rows.reshape(layers, R, pct)
-    picked = s_a.gather(2, chosen)
-    s_a_pct = s_a.scatter(2, chosen, torch.nextafter(picked, torch.full_like(picked, float("inf"))))
-    ident_pct = ~(s_a_pct.view(torch.int32) != s_a.view(torch.int32)).any(-1)
-
-    # Every arm B output, [L, slab, R, M, N] bf16, each rounded from its float32 values as it is made.
     ref_f32 = scaled(accf, s_a)
     s_a16, s_w16 = bf16_round(s_a, "rne").to(torch.float32), bf16_round(s_w, "rne").to(torch.float32)
     f2_first = accf[:, None] * s_a[..., None]
-    flags.append(torch.isnan(f2_first).any())
+    flags = [torch.isnan(f2_first).any()]
     y_ref = ref_f32.to(torch.bfloat16)
-    y = torch.empty((layers, len(SLABS), R, m, n), dtype=torch.bfloat16, device=device)
-    y[:, 0] = (accf[:, None] * s_a16[..., None]) * s_w16[:, :, None, :]
-    y[:, 1] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, :, None, :]
+    y = torch.empty((layers, len(SLABS), R, m, n), dtype=torch.bfloat16, device=accf.device)
+    slab = SLABS.index
+    y[:, slab("F1")] = (accf[:, None] * s_a16[..., None]) * s_w16[:, :, None, :]
+    y[:, slab("F2")] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, :, None, :]
     del f2_first
-    y[:, 2] = accf[:, None] * (s_a[..., None] * s_w[:, :, None, :])
-    y[:, 3] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # F4: toward zero
+    y[:, slab("F3")] = accf[:, None] * (s_a[..., None] * s_w[:, :, None, :])
+    y[:, slab("F4")] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # toward zero
     del ref_f32
-    y[:, 4] = f5 * s_a[..., None]
-    del f5
-    y[:, 5] = scaled(acc32_all.to(torch.float32), s_a)
-    y[:, 6] = scaled(acc32_one.to(torch.float32), s_a)
-    y[:, 7] = scaled(accf, s_a_pct)
-    y[:, 8] = scaled(acc32_6.to(torch.float32), s_a)
-    y[:, 9] = scaled(acc32_7.to(torch.float32), s_a)
+    y[:, slab("F5")] = f5 * s_a[..., None]
+    for name in ("F9-all", "F9-one", "F6", "F7"):
+        y[:, slab(name)] = scaled(arms[name].to(torch.float32), s_a)
+    y[:, slab("F9-pct")] = scaled(accf, s_a_pct)
     # A NaN before a rounding shows as a NaN after it (F4 rounds the reference's values).
     flags += [torch.isnan(y).any(), torch.isnan(y_ref).any()]
+    return y, y_ref, flags
 
-    # Comparison facts of each slab against the reference, over all elements (one pass on a GPU).
-    ref_flat, outs = y_ref.reshape(layers, R, mn), y.reshape(layers, len(SLABS), R, mn)
+
+def _cell_table(y: torch.Tensor, y_ref: torch.Tensor, draws: _Draws) -> torch.Tensor:
+    """The output comparison of every cell, [L, R, 21, TABLE_COLUMNS], in the per-cell engine's
+    order (``campaign._LayerRun.cells``): all elements for every slab (one pass on a GPU), the seeded
+    positions reduced per segment for severities one and pct of F1-F5."""
+    layers, slabs, _, m, n = y.shape
+    mn, segments, epilogue = m * n, draws.segments, len(EPILOGUE_FAULTS)
+    ref_flat, outs = y_ref.reshape(layers, R, mn), y.reshape(layers, slabs, R, mn)
     stats = compare.whole(ref_flat, outs)                                          # [L, slab, R, 5]
-    whole = stats[..., :4]
+    whole = stats[..., :compare.OWN_NONFINITE]          # differing, max distance, either non-finite, mismatch
     nf_self = stats[..., compare.OWN_NONFINITE]                                    # each output against itself
-    nf_ref = ((compare.bits32(ref_flat) & compare.BF16_EXPONENT) == compare.BF16_EXPONENT).sum(-1)   # [L, R]
+    nf_ref = nonfinite_bits(signed_bits(ref_flat)).sum(-1)                         # [L, R]
 
-    # Severities one and pct of F1-F5: the facts at the seeded positions, reduced per segment.
-    seg = torch.repeat_interleave(torch.arange(layers * segments, device=device), sizes, output_size=positions)
-    slab_size = len(SLABS) * R * mn
-    ref_at = (at // slab_size) * (R * mn) + at % (R * mn)
-    g_differ, g_nfa, g_nfb, g_dist = compare.facts(compare.bits32(ref_flat.reshape(-1)[ref_at]),
-                                                   compare.bits32(outs.reshape(-1)[at]))
-    counts = torch.zeros(layers * segments, 3, dtype=torch.int64, device=device)
+    seg = torch.repeat_interleave(torch.arange(layers * segments, device=y.device), draws.sizes,
+                                  output_size=draws.positions)
+    slab_size = slabs * R * mn
+    ref_at = (draws.at // slab_size) * (R * mn) + draws.at % (R * mn)
+    g_differ, g_nfa, g_nfb, g_dist = compare.facts(signed_bits(ref_flat.reshape(-1)[ref_at]),
+                                                   signed_bits(outs.reshape(-1)[draws.at]))
+    counts = torch.zeros(layers * segments, 3, dtype=torch.int64, device=y.device)
     counts.index_add_(0, seg, torch.stack([g_differ, (g_nfa | g_nfb) & ~g_nfa, g_nfa ^ g_nfb], -1).to(torch.int64))
-    top_d = torch.full((layers * segments,), -1, dtype=torch.int32, device=device)
+    top_d = torch.full((layers * segments,), -1, dtype=torch.int32, device=y.device)
     top_d.scatter_reduce_(0, seg, g_dist, "amax", include_self=True)
 
-    # Scale facts per layer and regime: is every scale a power of two.
-    pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                              # [L, R]
-    pow2_pct = pow2 & is_pow2(s_a_pct).all(-1)
-
-    # The output comparison of every cell, [L, R, 21, 5] (differing, max distance, non-finite,
-    # mismatches, changed elements), in the per-cell engine's order (``campaign._LayerRun.cells``).
     sev = torch.stack([counts[:, 0], top_d.to(torch.int64), counts[:, 1], counts[:, 2]], -1)
-    sev = sev.reshape(layers, len(EPILOGUE_FAULTS), R, 2, 4)
-    sev[..., 2] += nf_ref[:, None, :, None]
-    epi = torch.cat([sev, whole[:, :len(EPILOGUE_FAULTS), :, None, :]], 3).permute(0, 2, 1, 3, 4)
-    epi = epi.reshape(layers, R, len(EPILOGUE_FAULTS) * 3, 4)
-    zeros = torch.zeros((layers, R), dtype=torch.int64, device=device)
-    inflated = torch.stack([torch.stack([zeros, zeros, nf_self[:, s], zeros], -1) for s in (_F6, _F6 + 1)], 2)
+    sev = sev.reshape(layers, epilogue, R, 2, 4)          # severities one and pct
+    sev[..., NONFINITE] += nf_ref[:, None, :, None]
+    epi = torch.cat([sev, whole[:, :epilogue, :, None, :]], 3).permute(0, 2, 1, 3, 4)   # then all
+    epi = epi.reshape(layers, R, epilogue * len(SEVERITIES), 4)
+    zeros = torch.zeros((layers, R), dtype=torch.int64, device=y.device)
+    f6, f9 = SLABS.index("F6"), SLABS.index("F9-all")
+    inflated = torch.stack([torch.stack([zeros, zeros, nf_self[:, s], zeros], -1) for s in (f6, f6 + 1)], 2)
     null = torch.stack([zeros, zeros, nf_ref, zeros], -1)[:, :, None, :]
-    operand = whole[:, _F9:_F9 + 3].permute(0, 2, 1, 3)
+    operand = whole[:, f9:f9 + 3].permute(0, 2, 1, 3)
     outputs = torch.cat([epi, inflated, null, operand], 2)                          # [L, R, 21, 4]
-    changed = outputs[..., 0].clone()
-    changed[:, :, 15:17] = whole[:, _F6:_F6 + 2, :, 0].permute(0, 2, 1)
-    table = torch.cat([outputs, changed[..., None]], -1)
-    numbers = torch.cat([torch.stack([absmax, r6, r7, absmax7, absmax_all], 1), absmax_one], 1)
-    truths = torch.cat([torch.stack([base_match, match6, match7, boosted, match_all, ident_all], 1),
-                        match_one, ident_one, ident_pct, pow2, pow2_pct], 1)
-    facts = torch.cat([numbers, truths.to(torch.int64)], 1)
+    changed = outputs[..., DIFFERING].clone()
+    changed[:, :, _F6_CELL:_F7_CELL + 1] = whole[:, f6:f6 + 2, :, DIFFERING].permute(0, 2, 1)  # against arm A's own
+    return torch.cat([outputs, changed[..., None]], -1)
+
+
+def _pack(table: torch.Tensor, layer: dict[str, torch.Tensor], regime: dict[str, torch.Tensor],
+          flags: list[torch.Tensor]) -> torch.Tensor:
+    """One int64 vector: the cell table, the facts (``LAYER_FACTS`` [L], then ``REGIME_FACTS``
+    [L, R]) and one flag (any flag raised)."""
+    facts = torch.cat([torch.stack([layer[name].to(torch.int64) for name in LAYER_FACTS], 1),
+                       *(regime[name].to(torch.int64) for name in REGIME_FACTS)], 1)
     flag = torch.stack([f.reshape(()) for f in flags]).any()
-    packed = torch.cat([table.reshape(-1), facts.reshape(-1), flag.reshape(1).to(torch.int64)])
+    return torch.cat([table.reshape(-1), facts.reshape(-1), flag.reshape(1).to(torch.int64)])
+
+
+def _unpack_facts(facts: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``_pack``'s facts [L, F] by name: per layer as [L, 1, 1], per regime as [L, R]."""
+    layer = {name: facts[:, i, None, None] for i, name in enumerate(LAYER_FACTS)}
+    first = len(LAYER_FACTS)
+    regime = {name: facts[:, first + i * R:first + (i + 1) * R] for i, name in enumerate(REGIME_FACTS)}
+    return layer, regime
+
+
+def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.device, draws: list[Picks],
+             staging: _Staging) -> _Pending:
+    """Queue every cell of a batch of same-shaped layers on ``device``; nothing is read back here."""
+    a_q = torch.stack([op.a_q.to(device) for op in ops])                          # [L, M, K]
+    w_q = torch.stack([op.w_q.to(device) for op in ops])                          # [L, N, K]
+    _, m, k = a_q.shape
+    n = w_q.shape[1]
+    s_a, s_w, flags = _batch_scales(ops, device, m, n)
+    sent = _send_draws(draws, settings, staging, device, m, m * n)
+    w_t64 = _weights64(w_q)
+    base = _base(a_q, w_q, w_t64)
+    f5 = _f5_totals(a_q, w_q, s_w, settings.tile_width)
+    acc32_6, facts6, flag6 = _f6(base)
+    acc32_7, facts7, flag7 = _f7(base, a_q, w_q, w_t64, settings.thresholds)
+    acc32_all, facts_all = _f9_all(base, a_q, w_q, w_t64)
+    del w_t64
+    acc32_one, facts_one = _f9_one(base, a_q, w_q, sent.one_at)
+    s_a_pct, facts_pct = _f9_pct(s_a, sent.pct_rows, sent.pct)
+    arms = {"F9-all": acc32_all, "F9-one": acc32_one, "F6": acc32_6, "F7": acc32_7}
+    y, y_ref, nan_flags = _outputs(base, s_a, s_w, f5, arms, s_a_pct)
+    del f5, arms, acc32_all, acc32_one, acc32_6, acc32_7
+    table = _cell_table(y, y_ref, sent)
+    pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                             # [L, R]: every scale a power of two
+    layer = {"absmax": base.absmax, "base_match": base.match, **facts6, **facts7, **facts_all}
+    regime = {**facts_one, **facts_pct, "pow2": pow2, "pow2_pct": pow2 & is_pow2(s_a_pct).all(-1)}
+    packed = _pack(table, layer, regime, [*flags, flag6, flag7, *nan_flags])
     done = None
     if device.type == "cuda":  # copied into pinned memory behind this batch's work; an event marks the end
         host_copy = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)
         packed = host_copy.copy_(packed, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-    return _Pending(ops, packed, done, k, mn)
+    return _Pending(ops, packed, done, k, m * n)
 
 
 _KINDS = ([(f, s) for f in EPILOGUE_FAULTS for s in SEVERITIES]
@@ -405,32 +492,25 @@ def _columns(ops: list[Operands], k: int, elements: int, tables: np.ndarray, fac
     ``campaign._LayerRun.cells`` yields them (layer, regime, fault and severity), with its evidence."""
     layers = len(ops)
     shape = (layers, R, CELLS_PER_REGIME)
-
-    def per_layer(column: int) -> np.ndarray:      # [L, 1, 1]
-        return facts[:, column, None, None]
-
-    def per_regime(first: int) -> np.ndarray:      # [L, R]
-        return facts[:, first:first + R]
-
-    absmax, r6, r7, absmax7, absmax_all = (per_layer(i) for i in range(5))
-    absmax_one = per_regime(5)
-    base_match, match6, match7, boosted, match_all, ident_all = (per_layer(5 + R + i) for i in range(6))
-    match_one, ident_one, ident_pct, pow2, pow2_pct = (per_regime(11 + R + i * R) for i in range(5))
+    layer, regime = _unpack_facts(facts)
     repeats = np.ones(shape, dtype=np.int64)
-    repeats[..., _F6_CELL], repeats[..., _F7_CELL] = r6[..., 0], r7[..., 0]
+    repeats[..., _F6_CELL], repeats[..., _F7_CELL] = layer["r6"][..., 0], layer["r7"][..., 0]
     boost = np.zeros(shape, dtype=bool)
-    boost[..., _F7_CELL] = boosted[..., 0].astype(bool)
-    top_abs = np.broadcast_to(absmax, shape).copy()
-    top_abs[..., _F6_CELL], top_abs[..., _F7_CELL] = (r6 * absmax)[..., 0], absmax7[..., 0]
-    top_abs[..., _F9_ALL], top_abs[..., _F9_ONE] = absmax_all[..., 0], absmax_one
-    match = np.broadcast_to(base_match, shape).copy()
-    match[..., _F6_CELL], match[..., _F7_CELL] = match6[..., 0], match7[..., 0]
-    match[..., _F9_ALL], match[..., _F9_ONE] = match_all[..., 0], match_one
-    p2 = np.broadcast_to(pow2[..., None], shape).copy()
-    p2[..., _F9_PCT] = pow2_pct
+    boost[..., _F7_CELL] = layer["boosted"][..., 0].astype(bool)
+    top_abs = np.broadcast_to(layer["absmax"], shape).copy()
+    top_abs[..., _F6_CELL] = (layer["r6"] * layer["absmax"])[..., 0]
+    top_abs[..., _F7_CELL], top_abs[..., _F9_ALL] = layer["absmax7"][..., 0], layer["absmax_all"][..., 0]
+    top_abs[..., _F9_ONE] = regime["absmax_one"]
+    match = np.broadcast_to(layer["base_match"], shape).copy()
+    match[..., _F6_CELL], match[..., _F7_CELL] = layer["match6"][..., 0], layer["match7"][..., 0]
+    match[..., _F9_ALL], match[..., _F9_ONE] = layer["match_all"][..., 0], regime["match_one"]
+    p2 = np.broadcast_to(regime["pow2"][..., None], shape).copy()
+    p2[..., _F9_PCT] = regime["pow2_pct"]
     ident = np.ones(shape, dtype=np.int64)
-    ident[..., _F9_ALL], ident[..., _F9_ONE], ident[..., _F9_PCT] = ident_all[..., 0], ident_one, ident_pct
-    differing, max_d, nonfinite, mismatch, changed = (tables[..., i].reshape(-1) for i in range(5))
+    ident[..., _F9_ALL], ident[..., _F9_ONE] = layer["ident_all"][..., 0], regime["ident_one"]
+    ident[..., _F9_PCT] = regime["ident_pct"]
+    differing, max_d, nonfinite, mismatch, changed = (tables[..., c].reshape(-1)
+                                                      for c in (DIFFERING, MAX_D, NONFINITE, MISMATCH, CHANGED))
     count = layers * R * CELLS_PER_REGIME
     depth = k * repeats.reshape(-1)
     evidence = EvidenceColumns(

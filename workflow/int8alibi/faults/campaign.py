@@ -170,15 +170,6 @@ class _Cell:
     boosted: bool
 
 
-def _kernel_accumulator(exact: torch.Tensor, absmax: int) -> torch.Tensor:
-    """The int32 a kernel holds for the exact accumulator whose largest magnitude is ``absmax``.
-
-    Within int32 the two's-complement wrap is the identity, and a plain conversion says so in
-    one pass instead of ``wrap_int32``'s several; beyond it, the wrap.
-    """
-    return exact.to(torch.int32) if absmax <= 2**31 - 1 else wrap_int32(exact)
-
-
 def _validate(op: Operands) -> None:
     for name in ("a_q", "w_q"):
         t = getattr(op, name)
@@ -213,7 +204,7 @@ class _LayerRun:
             for r in REGIMES:
                 cat.f5_accumulate_(self.f5_totals[r], partial, self.scales[r][1])
         self.absmax = int(self.acc.abs().max().item())
-        self.acc32 = _kernel_accumulator(self.acc, self.absmax)
+        self.acc32 = wrap_int32(self.acc, bound=self.absmax)
         self.acc_f32 = self.acc32.to(torch.float32)
 
     def _evidence(self, a: _Arm, b: _Arm, exact_a: torch.Tensor, absmax: int,
@@ -239,7 +230,7 @@ class _LayerRun:
         operand_all = cat.f9_all(self.a_q)
         acc_all = exact_accumulator(operand_all, self.w_q)
         absmax_b = int(acc_all.abs().max().item())
-        acc32_all, absmax_all = _kernel_accumulator(acc_all, absmax_b), max(self.absmax, absmax_b)
+        acc32_all, absmax_all = wrap_int32(acc_all, bound=absmax_b), max(self.absmax, absmax_b)
         del acc_all
         for regime in REGIMES:
             s_a, s_w = self.scales[regime]
@@ -284,7 +275,7 @@ class _LayerRun:
         """Tile both operands r times along K, r the least depth at which the accumulator wraps."""
         r = cat.f6_overflow_repeats(self.acc, self.name)
         exact = self.acc * r
-        return _Inflated(r, False, self.a_q, exact, _kernel_accumulator(exact, r * self.absmax), r * self.absmax)
+        return _Inflated(r, False, self.a_q, exact, wrap_int32(exact, bound=r * self.absmax), r * self.absmax)
 
     def _f7(self) -> _Inflated:
         """Tile to pass 2^24 below the int32 bound; boost one activation row first when needed."""
@@ -303,7 +294,7 @@ class _LayerRun:
                                  f"depth passes {th.f32_exact_bound} while {th.product_bound}*K stays below "
                                  f"{th.int32_limit} (K={self.k})")
         exact = acc * r
-        return _Inflated(r, boosted, a_q, exact, _kernel_accumulator(exact, r * absmax), r * absmax)
+        return _Inflated(r, boosted, a_q, exact, wrap_int32(exact, bound=r * absmax), r * absmax)
 
     def _f9_one(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
         """One activation element moved: only accumulator row ``row`` changes (a rank-one update)."""

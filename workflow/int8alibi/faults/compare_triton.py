@@ -12,11 +12,13 @@ import torch
 import triton
 import triton.language as tl
 
+from ..arith.bf16 import EXPONENT
+
 BLOCK = 4096
 
 
 @triton.jit
-def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, SR, blocks, BLOCK: tl.constexpr):
+def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, SR, blocks, BLOCK: tl.constexpr, EXPONENT: tl.constexpr):
     row = tl.program_id(0)            # (layer, output, regime), flattened
     block = tl.program_id(1)
     offs = block * BLOCK + tl.arange(0, BLOCK)
@@ -24,10 +26,10 @@ def _whole_kernel(ref_ptr, out_ptr, part_ptr, E, R, SR, blocks, BLOCK: tl.conste
     ref_row = (row // SR) * R + row % R
     ia = tl.load(ref_ptr + ref_row.to(tl.int64) * E + offs, mask=inside, other=0).to(tl.int32)
     ib = tl.load(out_ptr + row.to(tl.int64) * E + offs, mask=inside, other=0).to(tl.int32)
-    nfa = (ia & 0x7F80) == 0x7F80
-    nfb = (ib & 0x7F80) == 0x7F80
+    nfa = (ia & EXPONENT) == EXPONENT  # arith.bf16.nonfinite_bits
+    nfb = (ib & EXPONENT) == EXPONENT
     either = nfa | nfb
-    oa = tl.where(ia < 0, -32768 - ia, ia)
+    oa = tl.where(ia < 0, -32768 - ia, ia)  # arith.bf16.ordered_line
     ob = tl.where(ib < 0, -32768 - ib, ib)
     distance = tl.where(either | ~inside, -1, tl.abs(ob - oa))
     differ = (ia != ib) & inside
@@ -46,7 +48,7 @@ def whole_triton(ref: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
     blocks = triton.cdiv(e, BLOCK)
     parts = torch.empty((layers * s * r, blocks, 5), dtype=torch.int32, device=outputs.device)
     _whole_kernel[(layers * s * r, blocks)](ref.contiguous().view(torch.int16), outputs.contiguous().view(torch.int16),
-                                            parts, e, r, s * r, blocks, BLOCK=BLOCK)
+                                            parts, e, r, s * r, blocks, BLOCK=BLOCK, EXPONENT=EXPONENT)
     sums = parts.to(torch.int64).sum(1)
     sums[:, 1] = parts[:, :, 1].amax(1)
     return sums.reshape(layers, s, r, 5)

@@ -54,9 +54,7 @@ def regime_scales(s: torch.Tensor, regime: Regime, what: str) -> torch.Tensor:
         return s
     if regime != "pow2":
         raise InputError(f"{what}: unknown scale regime {regime!r} (expected one of {REGIMES})")
-    zero = s == 0
-    snapped = snap_pow2(torch.where(zero, torch.ones_like(s), s), "nearest", name=what)
-    return torch.where(zero, s, snapped)
+    return snap_pow2(s, "nearest", name=what, keep_zero=True)
 
 
 def bf16_rne(x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
+from ..arith.bits import bits_equal
 from ..errors import InputError
 
 DEFAULT_TIME_LIMIT_S = 600.0
@@ -55,12 +56,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit for bit (NaN payloads and signed zeros included), shape, dtype and device."""
-    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
-        return False
-    if a.dtype.is_floating_point:
-        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return torch.equal(a.contiguous().view(width), b.contiguous().view(width))
-    return torch.equal(a, b)
+    return a.device == b.device and bits_equal(a, b)
 
 
 def guarded_call(name: str, fn: Callable[..., object], operands: tuple[torch.Tensor, ...],

@@ -17,8 +17,6 @@ import torch
 from ..arith.ulp import bf16_bits, ulp_distance
 from ..errors import InputError
 
-REGIONS = ("near_zero", "non_near_zero")
-
 
 @dataclass(frozen=True)
 class PairStats:

@@ -23,13 +23,13 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..arith.bits import bits_equal
 from ..errors import InputError
 from .w8a8 import W8A8Linear
 
 # Event kinds, in the words of the attribution table.
 KINDS = ("embedding", "rotary", "norm", "linear_input", "linear_output", "attention_scores", "softmax",
          "attention_output", "activation", "block_output", "head_input", "head")
-ATTENTION_STEPS = ("attention_scores", "softmax", "attention_output")
 
 
 @dataclass(frozen=True)
@@ -149,16 +149,6 @@ def traced(model: nn.Module, row: int, position: int) -> Iterator[list[Event]]:
             handle.remove()
 
 
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same dtype, shape and bits (NaN payloads and signed zeros count)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.is_floating_point:
-        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
-    return bool(torch.equal(a, b))
-
-
 def first_difference(reference: list[Event], other: list[Event], where: str) -> int | None:
     """Index of the first event whose value differs bitwise between two traces of the same
     computation, or None; traces that did not run the same modules in the same order are refused."""
@@ -167,4 +157,4 @@ def first_difference(reference: list[Event], other: list[Event], where: str) -> 
         at = next((i for i, (x, y) in enumerate(zip(names_a, names_b)) if x != y), min(len(names_a), len(names_b)))
         raise InputError(f"{where}: the two traces ran different modules (event {at}: "
                          f"{names_a[at:at + 1]} vs {names_b[at:at + 1]}; {len(names_a)} vs {len(names_b)} events)")
-    return next((i for i, (a, b) in enumerate(zip(reference, other)) if not bitwise_equal(a.value, b.value)), None)
+    return next((i for i, (a, b) in enumerate(zip(reference, other)) if not bits_equal(a.value, b.value)), None)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ProtocolError
+from .measures import DIVISION_COLUMNS, decision_row, division_summary, summary_row
 from .sections import Tables
 
 EPILOGUE = ("F1", "F2", "F3", "F4", "F5")
@@ -170,10 +171,9 @@ def _epilogue_cells_undetected(t: Tables, definition: str) -> Measured:
 
 def _d1_strict(t: Tables, definition: str) -> Measured:
     df, rel = _table(t, "faults/decisions.parquet")
-    row = df[(df["rule"] == "D1") & (df["definition"] == definition)]
-    if len(row) != 1:
+    r = decision_row(df, "D1", definition)
+    if r is None:
         return _na(f"{rel} has no D1 row under the {definition} definition")
-    r = row.iloc[0]
     text = ("triggered: no check caught an epilogue fault" if r["triggered"]
             else f"not triggered: caught {r['caught_by']}")
     return Measured(text, holds=not bool(r["triggered"]), source=rel)
@@ -278,16 +278,15 @@ def _pow2_requant_identical(t: Tables, definition: str) -> Measured:
 
 def _division(t: Tables, statistic: str) -> Measured:
     """The float32-versus-bf16 division statistics over the own arm's layers (quant.division)."""
-    df, rel = _table(t, "requant/gate.parquet", ("f32_division_differing", "quotient_shift_max", "code_offset_max"))
-    own = df[df["arm"] == "own"]
-    if own.empty:
+    df, rel = _table(t, "requant/gate.parquet", DIVISION_COLUMNS)
+    d = division_summary(df)
+    if d is None:
         return _na(f"{rel} has no own rows")
     if statistic == "f32_division_differing_share":
-        differing, weights = int(own["f32_division_differing"].sum()), int((own["n"] * own["k"]).sum())
-        share = 100 * differing / weights
-        return Measured(f"{share:.2f}% ({differing:,} of {weights:,} int8 weights)", share, source=rel)
-    offset, shift = float(own["code_offset_max"].max()), float(own["quotient_shift_max"].max())
-    return Measured(f"{offset:.3f} (the bf16 rounding of the quotient alone: {shift:.3f})", offset, source=rel)
+        share = d.share_percent
+        return Measured(f"{share:.2f}% ({d.differing:,} of {d.weights:,} int8 weights)", share, source=rel)
+    return Measured(f"{d.code_offset_max:.3f} (the bf16 rounding of the quotient alone: {d.quotient_shift_max:.3f})",
+                    d.code_offset_max, source=rel)
 
 
 def _probe_scales(t: Tables) -> Measured:
@@ -403,10 +402,10 @@ def _perplexity(t: Tables, arm: str, what: str) -> Measured:
 def _hypothesis(t: Tables, definition: str) -> Measured:
     """H1 with both arms' changes and the clipping that explains the direction on this model."""
     df, rel = _table(t, "perplexity/summary.parquet")
-    row = df[df["quantity"] == "hypothesis:H1"]
-    if len(row) != 1:
+    row = summary_row(df, "hypothesis:H1")
+    if row is None:
         return _na(f"{rel} has no H1 row")
-    verdict = str(row["verdict"].iloc[0]).split(":")[0]
+    verdict = str(row["verdict"]).split(":")[0]
     arms = []
     for arm in ("pow2-ceiling", "pow2-nearest"):
         r = df[(df["quantity"] == "relative_change_vs_own") & (df["arm"] == arm)]
@@ -419,17 +418,17 @@ def _hypothesis(t: Tables, definition: str) -> Measured:
         if {"pow2-nearest", "pow2-ceiling"} <= set(clipped.index):
             text += (f"; weights clipped: {int(clipped['pow2-nearest']):,} under nearest, "
                      f"{int(clipped['pow2-ceiling']):,} under ceiling")
-    return Measured(text, float(row["value"].iloc[0]), source=rel)
+    return Measured(text, float(row["value"]), source=rel)
 
 
 def _gate_g1(t: Tables, definition: str) -> Measured:
     df, rel = _table(t, "perplexity/summary.parquet")
-    row = df[df["quantity"] == "gate:G1"]
-    if len(row) != 1:
+    row = summary_row(df, "gate:G1")
+    if row is None:
         return _na(f"{rel} has no G1 row")
-    verdict = str(row["verdict"].iloc[0])
+    verdict = str(row["verdict"])
     shown = "not run (gate not triggered)" if verdict == "gate not triggered" else verdict
-    return Measured(f"{shown}; ceiling {_pct(float(row['value'].iloc[0]))}", source=rel)
+    return Measured(f"{shown}; ceiling {_pct(float(row['value']))}", source=rel)
 
 
 # ---- K sweep (GPU only) ----

@@ -20,6 +20,7 @@ from ..provenance.hashing import sha256_file
 from ..provenance.parquet import read_table
 from . import svg
 from .document import Block, Document, Figure, Heading, Paragraph, Source, Table
+from .measures import DIVISION_COLUMNS, division_summary
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,10 @@ def _gate_reference(gate: pd.DataFrame) -> Paragraph:
 
 def _division(t: Tables, gate: pd.DataFrame, src: Source) -> list[Block]:
     """The float32-versus-bf16 division statistics of the own arm, beside the paper's values."""
-    columns = ("f32_division_differing", "quotient_shift_max", "code_offset_max")
-    if any(c not in gate.columns for c in columns):
+    d = division_summary(gate) if all(c in gate.columns for c in DIVISION_COLUMNS) else None
+    if d is None:
         return [Paragraph("Division statistics: not in this run (requant/gate.parquet was written before they "
-                          "existed; rerun requant).")]
-    own = gate[gate["arm"] == "own"]
-    differing, weights = int(own["f32_division_differing"].sum()), int((own["n"] * own["k"]).sum())
+                          "existed, or has no own rows; rerun requant).")]
 
     def paper(claim_id: str, unit: str) -> str:
         claim = t.claim(claim_id)
@@ -107,12 +106,12 @@ def _division(t: Tables, gate: pd.DataFrame, src: Source) -> list[Block]:
 
     rows = [
         {"quantity": "int8 weights that differ when W / s_w is divided in float32 instead of bf16",
-         "this_run": f"{100 * differing / weights:.2f}% ({differing:,} of {weights:,})",
+         "this_run": f"{d.share_percent:.2f}% ({d.differing:,} of {d.weights:,})",
          "paper": paper("division-f32-differing", "%")},
         {"quantity": "largest |int8 - clamp(q_f32, -128, 127)|: the stored weight's distance from the float32 quotient",
-         "this_run": f"{float(own['code_offset_max'].max()):.3f}", "paper": paper("division-bf16-shift", "")},
+         "this_run": f"{d.code_offset_max:.3f}", "paper": paper("division-bf16-shift", "")},
         {"quantity": "largest |q_bf16 - q_f32|: the bf16 rounding of the quotient alone",
-         "this_run": f"{float(own['quotient_shift_max'].max()):.3f}", "paper": "not reported"},
+         "this_run": f"{d.quotient_shift_max:.3f}", "paper": "not reported"},
     ]
     return [Table("Division statistics over every own layer (per layer: requant/gate.parquet); the pinned "
                   "division is bf16, float32 the alternative; same bf16 scales under both", pd.DataFrame(rows),

@@ -20,6 +20,7 @@ from ..protocol.chain import read_amendments
 from ..provenance.hashing import sha256_file
 from .claims import claims_table, real_scale_catches
 from .document import Block, Heading, Paragraph, Source, Table
+from .measures import decision_row, summary_row
 from .sections import Tables
 
 CHECK7 = "check 7 (this project's rule; the papers left it unmeasured)"
@@ -37,11 +38,10 @@ def _perplexity_rows(t: Tables, analysis: dict[str, Any], sources: list[Source])
             rows.append(_row(h["id"], "hypothesis", "not in this run", "perplexity/summary.parquet was not produced."))
             continue
         df, src = got
-        r = df[df["quantity"] == f"hypothesis:{h['id']}"]
-        if len(r) != 1:
+        r0 = summary_row(df, f"hypothesis:{h['id']}")
+        if r0 is None:
             rows.append(_row(h["id"], "hypothesis", "not in this run", f"{src.path} has no row for it."))
             continue
-        r0 = r.iloc[0]
         sources.append(src)
         rows.append(_row(h["id"], "hypothesis", str(r0["verdict"]).split(":")[0],
                          f"{' '.join(h['statement'].split())} Difference of relative changes "
@@ -50,11 +50,10 @@ def _perplexity_rows(t: Tables, analysis: dict[str, Any], sources: list[Source])
                          "opposite on Qwen3-1.7B (not supported: ceiling +0.54% vs nearest +0.32%); the direction "
                          "depends on how many weights clip under nearest, so this run does not speak to the paper's."))
     for g in analysis["gates"]:
-        r = None if got is None else got[0][got[0]["quantity"] == f"gate:{g['id']}"]
-        if r is None or len(r) != 1:
+        r0 = None if got is None else summary_row(got[0], f"gate:{g['id']}")
+        if r0 is None:
             rows.append(_row(g["id"], "gate", "not in this run", "perplexity/summary.parquet has no row for it."))
             continue
-        r0 = r.iloc[0]
         rows.append(_row(g["id"], "gate", str(r0["verdict"]),
                          f"{g['arm']} costs {100 * float(r0['value']):+.2f}% perplexity vs own; the extra "
                          f"scale-search arm runs only above {100 * float(g['threshold']):.0f}%."))
@@ -72,11 +71,10 @@ def _decision_rows(t: Tables, analysis: dict[str, Any], sources: list[Source]) -
             continue
         df, src = got
         sources.append(src)
-        r = df[(df["rule"] == rule["id"]) & (df["definition"] == "stated")]
-        if len(r) != 1:
+        r0 = decision_row(df, rule["id"], "stated")
+        if r0 is None:
             rows.append(_row(rule["id"], "decision rule", "not in this run", f"{src.path} has no row for it."))
             continue
-        r0 = r.iloc[0]
         verdict = "triggered" if r0["triggered"] else "not triggered"
         rows.append(_row(f"{rule['id']}, strict reading", "decision rule", verdict,
                          f"Any check, any regime. Faults {r0['faults']}: {int(r0['caught_cells']):,} of "

@@ -9,7 +9,6 @@ faults) read only these files, through the index, so every comparison uses exact
 
 from __future__ import annotations
 
-import inspect
 import logging
 import shutil
 from pathlib import Path
@@ -19,6 +18,8 @@ import torch
 
 from ..config import Config
 from ..corpus import load_corpus
+from ..engines.checkpoints import checkpoint_dir, gate_verdict
+from ..engines.own import greedy_steps
 from ..errors import InputError
 from ..kernels import Arm
 from ..model.hooks import capture, tapped
@@ -33,9 +34,7 @@ from ..protocol import load
 from ..provenance.atomic import temp_dir
 from ..provenance.manifest import write_manifest
 from ..provenance.manifest_format import MANIFEST_NAME
-from ..provenance.parquet import read_table
 from ..quant.compressed_tensors import load_checkpoint
-from ..quant.gate import CHECKPOINTS_DIR, GATE_SCHEMA
 from ..resolve import stage_arms
 from ..runtime.runner import stage_main
 
@@ -52,35 +51,15 @@ def capture_decode(model: Any, prompt_ids: torch.Tensor) -> tuple[dict[str, Oper
     modules = {ref.name: model.get_submodule(ref.name) for ref in refs}
     device = modules[refs[0].name].w_q.device
     with torch.no_grad():
-        prefill = model(input_ids=prompt_ids[None, :].to(device), use_cache=True)
-        next_id = int(prefill.logits[0, -1].argmax().item())  # ties: the lowest id, on every device
-        step = torch.tensor([[next_id]], dtype=torch.int64, device=device)
-        cache = _cache_keyword(model)
+        steps = greedy_steps(model, prompt_ids[None, :].to(device))
+        next_id = int(next(steps)[1])  # ties: the lowest id, on every device
         with tapped(model) as records:
-            model(input_ids=step, use_cache=True, **{cache: getattr(prefill, cache)})
+            next(steps)
     missing = [ref.name for ref in refs if ref.name not in records]
     if missing:
         raise InputError(f"capture decode: {len(missing)} layer(s) did not run (first: {missing[:3]})")
     return {ref.name: Operands(ref.name, ref.block, ref.proj, *records[ref.name], modules[ref.name].w_q,
                                modules[ref.name].s_w32) for ref in refs}, next_id
-
-
-def passed_gate(gate: Path) -> dict[str, list[str]]:
-    """The requant gate's verdict per captured checkpoint; a checkpoint the gate table lacks is refused.
-
-    The requant stage writes its table only when the gate passed (or when it built the checkpoint
-    itself, which the label says), so the table's presence is the pass; its labels are recorded.
-    """
-    table = read_table(gate, GATE_SCHEMA)
-    missing = [name for name in CHECKPOINTS if name not in set(table["arm"])]
-    if missing:
-        raise InputError(f"{gate}: no gate rows for checkpoint(s) {missing}")
-    return {name: sorted(set(table.loc[table.arm == name, "gate"])) for name in CHECKPOINTS}
-
-
-def _cache_keyword(model: Any) -> str:
-    """The KV-cache argument and output field: ``cache`` in transformers 5, ``past_key_values`` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def capture_checkpoint(model: Any, checkpoint: Any, arm: Arm, device: torch.device, prefill: TokenSelection,
@@ -112,8 +91,8 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     sizes = capture_sizes(analysis, cfg["size_profile"])
     device, arm, _, selection = stage_arms(cfg)  # resolved once per run; the model runs on arm A, compare on both
     corpus = load_corpus(cfg, analysis)
-    gate_labels = passed_gate(gate)
-    checkpoint_dirs = {name: gate.parent / CHECKPOINTS_DIR / name for name in CHECKPOINTS}
+    checkpoint_dirs = {name: checkpoint_dir(gate, name) for name in CHECKPOINTS}  # the gate checked
+    gate_labels = {name: [gate_verdict(gate)] for name in CHECKPOINTS}  # one verdict covers every checkpoint
     rows: list[dict[str, Any]] = []
     generated: dict[str, Any] = {}
     model, tokenizer, parent = load_parent(cfg)

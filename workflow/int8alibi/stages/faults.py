@@ -37,9 +37,9 @@ from ..provenance.manifest_format import load_manifest
 from ..provenance.parquet import read_table, write_table
 from ..decisions import DECISIONS_KEY, DECISIONS_SCHEMA
 from ..decisions import evaluate as evaluate_decisions
-from ..definitions import REVERTED, Definition
+from ..definitions import MATRICES, REVERTED, Definition
 from ..protocol import Protocol
-from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, FLIPS_KEY, FLIPS_SCHEMA, MATRICES,
+from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, FLIPS_KEY, FLIPS_SCHEMA,
                        SCORECARD_KEY, SCORECARD_SCHEMA, TOTALS_KEY, TOTALS_SCHEMA, ULP_KEY, ULP_SCHEMA,
                        cells_table, definition_scores, detection, flips, reverted_matrix, score,
                        scorecard, totals, ulp_distribution)

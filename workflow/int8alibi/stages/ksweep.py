@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
+from ..arith.bits import bits_equal
 from ..config import Config
 from ..ksweep import fit as fitting
 from ..ksweep.arms import Runner, kernel_names, library_evidence, runner
@@ -119,10 +120,6 @@ def _stat_row(s: PairStats) -> dict[str, Any]:
             "max_ulp": s.max_ulp, "max_relative_difference": s.max_relative_difference}
 
 
-def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return bool(torch.equal(x.view(torch.int16), y.view(torch.int16)))
-
-
 def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                                     list[dict[str, Any]]]:
     """(counts rows, ulp rows, evidence rows) of the whole grid; pairs that cannot run get status rows."""
@@ -162,14 +159,14 @@ def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str,
                 for name in names:
                     if (fmt, name) not in outputs:
                         first, second = runners[name](q), runners[name](q)
-                        outputs[(fmt, name)] = (first, _same(first, second))
+                        outputs[(fmt, name)] = (first, bits_equal(first, second))
                 (ya, rep_a), (yb, rep_b) = outputs[(fmt, names[0])], outputs[(fmt, names[1])]
                 s = compare(ya, yb, near_zero_fraction=fraction, edges=edges)
                 row.update(_stat_row(s), operand_digest=digest, a_repeatable=rep_a, b_repeatable=rep_b)
                 if fmt == "int8":
                     for side, name, y in (("a", names[0], ya), ("b", names[1], yb)):
                         emulated = emulators[EMULATION_OF[name]].scaled_mm(q.a_q, q.w_q, q.s_a, q.s_w)
-                        row[f"{side}_equals_emulation"] = _same(y, emulated)
+                        row[f"{side}_equals_emulation"] = bits_equal(y, emulated)
                 counts.append(row)
                 for region, hist in s.histogram.items():
                     for (lo, hi), count in zip(bin_labels(edges), hist):

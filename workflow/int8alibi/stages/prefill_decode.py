@@ -20,7 +20,6 @@ import pyarrow as pa
 from ..config import Config
 from ..corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
-from ..quant.variants import CHECKPOINT_VARIANTS
 from ..engines.own import load_w8a8
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table

@@ -36,6 +36,7 @@ import torch
 from safetensors import safe_open
 
 from ..arith import is_pow2
+from ..arith.bits import bit_pattern
 from ..config import Config
 from ..errors import GateError, InputError, ProtocolError
 from ..model.layers import LayerRef, quantized_linears
@@ -80,10 +81,8 @@ def pinned_division(protocol_root: Path) -> wq.Division:
 
 
 def _differing(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements whose bytes differ (bf16 compared as int16 bit patterns)."""
-    if a.dtype == torch.bfloat16:
-        a, b = a.view(torch.int16), b.view(torch.int16)
-    return int((a != b).sum())
+    """Elements whose bits differ (signed zeros and NaN payloads count)."""
+    return int((bit_pattern(a) != bit_pattern(b)).sum())
 
 
 @dataclass
@@ -98,8 +97,7 @@ class _Mismatch:
 def _first_byte(ours: QuantizedWeight, theirs: QuantizedWeight) -> str:
     """Where the first differing element is and both values (int8 weight first, else scale)."""
     for what, a, b in (("int8", ours.w_q, theirs.w_q), ("scale", ours.s_w, theirs.s_w)):
-        bits_a, bits_b = (a.view(torch.int16), b.view(torch.int16)) if a.dtype == torch.bfloat16 else (a, b)
-        where = (bits_a != bits_b).nonzero()
+        where = (bit_pattern(a) != bit_pattern(b)).nonzero()
         if len(where):
             row, col = (int(i) for i in where[0])
             return f"first {what} at [{row}, {col}]: rebuilt {a[row, col].item()!r}, reference {b[row, col].item()!r}"

@@ -41,7 +41,6 @@ from ..kernels.base import arm_evidence, check_operands
 NAME = "fault-injection"
 BOTH_ARMS = ("F6", "F7")   # precondition faults: arm A carries them too
 EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,6 @@ def exact_int(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
     if 0 < k and k * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
         return next(tile_partial_sums(a_q, w_q, k)).to(torch.int64)
     return exact_accumulator(a_q, w_q)
-
-
-def int32_accumulator(exact: torch.Tensor, k: int) -> torch.Tensor:
-    """The int32 a kernel holds for an exact accumulator of depth ``k``: a plain conversion when no
-    int8 product sum of that depth can leave int32 (``16384 * k <= 2^31 - 1``), else the wrap."""
-    return exact.to(torch.int32) if k * INT8_PRODUCT_MAX <= INT32_MAX else wrap_int32(exact)
 
 
 class InjectionArm:
@@ -129,7 +122,7 @@ class InjectionArm:
                              f"x {self.rows} tokens")
         k = a_q.shape[1]
         exact = exact_int(a_q, w_q)
-        acc32 = int32_accumulator(exact, k)
+        acc32 = wrap_int32(exact, bound=k * INT8_PRODUCT_MAX)
         out = epilogue(acc32, s_a, s_w)
         r = self.rows
         position = 0
@@ -182,17 +175,18 @@ class InjectionArm:
         if cell.fault == "F7":
             return epilogue(wrap_int32(self._f7(exact, a_q, w_q, what)), s_a, s_w)
         if cell.severity == "all":
-            return epilogue(int32_accumulator(exact_int(cat.f9_all(a_q), w_q), k), s_a, s_w)
+            return epilogue(wrap_int32(exact_int(cat.f9_all(a_q), w_q), bound=k * INT8_PRODUCT_MAX), s_a, s_w)
         rng = self._rng(cell)
         if cell.severity == "one":
             row, col = int(rng.integers(a_q.shape[0])), int(rng.integers(a_q.shape[1]))
             _, delta = cat.f9_one(a_q, row, col)
             moved = exact.clone()
             moved[row] += delta * w_q[:, col].to(torch.int64)   # only accumulator row `row` changes
-            return epilogue(int32_accumulator(moved, k), s_a, s_w)
+            return epilogue(wrap_int32(moved, bound=k * INT8_PRODUCT_MAX), s_a, s_w)
         count = fraction_count(self.settings.pct_fraction, a_q.shape[0])
         rows = np.sort(rng.choice(a_q.shape[0], size=count, replace=False, shuffle=False)).astype(np.int64)
-        return epilogue(int32_accumulator(exact, k), cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device)), s_w)
+        pct = cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device))
+        return epilogue(wrap_int32(exact, bound=k * INT8_PRODUCT_MAX), pct, s_w)
 
     def _f7(self, exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor, what: str) -> torch.Tensor:
         """The exact accumulator at F7's depth: tiled r times (so multiplied by r), row 0 boosted first

@@ -16,17 +16,17 @@ whose bits differ is named.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..engines.own import cache_argument
+from ..arith.bits import bits_equal
+from ..engines.own import greedy_steps
 from ..errors import InputError
 from ..model.trace import Event, first_difference, traced
-from .replay import Positions, bit_view, compare
+from .replay import Positions, compare
 
 
 @dataclass(frozen=True)
@@ -47,23 +47,18 @@ def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at
     trace)``, the trace (``model.trace``) of the step that computes position ``trace_at`` if asked."""
     if new_tokens < 1 or not prompt:
         raise InputError(f"decode: needs a non-empty prompt and new_tokens >= 1, got {len(prompt)} and {new_tokens}")
-    cache = cache_argument(model)
-    ids = torch.tensor([list(prompt)], dtype=torch.int64, device=device)
+    steps = greedy_steps(model, torch.tensor([list(prompt)], dtype=torch.int64, device=device))
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     events: list[Event] = []
-    step_input, past = ids, dict[str, Any]()
     for i in range(new_tokens):
-        if i == trace_at:
-            with traced(model, row=step_input.shape[1] - 1, position=len(prompt) - 1 + i) as events:
-                step = model(input_ids=step_input, use_cache=True, **past)
+        if i == trace_at:  # the step's newest row: the prompt's last at step 0, the one fed token after
+            with traced(model, row=len(prompt) - 1 if i == 0 else 0, position=len(prompt) - 1 + i) as events:
+                logits, nxt = next(steps)
         else:
-            step = model(input_ids=step_input, use_cache=True, **past)
-        logits = step.logits[0, -1]
+            logits, nxt = next(steps)
         rows.append(logits.clone())
-        nxt = int(logits.argmax())
-        tokens.append(nxt)
-        step_input, past = torch.tensor([[nxt]], dtype=torch.int64, device=device), {cache: getattr(step, cache)}
+        tokens.append(int(nxt))
     return tokens, torch.stack(rows), events
 
 
@@ -104,10 +99,10 @@ def attribute(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], po
     and their logits at ``position`` must differ; otherwise the attribution is refused.
     """
     again, _, dec = decode(model, prompt, position + 1, trace_at=position, device=device)
-    if again != list(tokens[: position + 1]) or not torch.equal(bit_view(_head(dec, where)), bit_view(decoded[position])):
+    if again != list(tokens[: position + 1]) or not bits_equal(_head(dec, where), decoded[position]):
         raise InputError(f"{where}: the traced decode did not reproduce the untraced one at position {position}")
     _, pre = prefill(model, prompt, tokens, trace_at=position, device=device)
-    if not torch.equal(bit_view(_head(pre, where)), bit_view(prefilled[position])):
+    if not bits_equal(_head(pre, where), prefilled[position]):
         raise InputError(f"{where}: the traced prefill did not reproduce the untraced one at position {position}")
     index = first_difference(dec, pre, where)
     if index is None:

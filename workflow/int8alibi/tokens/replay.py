@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..arith.bits import bit_pattern, bits_equal
 from ..errors import InputError
 from ..model.w8a8 import W8A8Linear
 
@@ -103,13 +104,7 @@ def replay_window(model: nn.Module, ids: torch.Tensor, copies: int, arm_for: Lay
 
 def copies_identical(logits: torch.Tensor, i: int, j: int) -> bool:
     """Whether two copies' logits are bit-identical (a null control of the batch)."""
-    return bool(torch.equal(bit_view(logits[i]), bit_view(logits[j])))
-
-
-def bit_view(x: torch.Tensor) -> torch.Tensor:
-    """The tensor's bit patterns as integers (16-bit floats as int16, float32 as int32): compares NaNs
-    and signed zeros by their bits."""
-    return x.contiguous().view(torch.int16) if x.dtype in (torch.bfloat16, torch.float16) else x.contiguous().view(torch.int32)
+    return bits_equal(logits[i], logits[j])
 
 
 @dataclass(frozen=True)
@@ -138,6 +133,6 @@ def compare(logits_a: torch.Tensor, logits_b: torch.Tensor) -> Positions:
         raise InputError(f"compare: logits must be two equal [L, V] tensors, got {tuple(logits_a.shape)} "
                          f"and {tuple(logits_b.shape)}")
     top_a, top_b = logits_a.argmax(dim=-1), logits_b.argmax(dim=-1)
-    differ = (bit_view(logits_a) != bit_view(logits_b)).any(dim=-1)
+    differ = (bit_pattern(logits_a) != bit_pattern(logits_b)).any(dim=-1)
     return Positions(top1_a=top_a.cpu().numpy(), top1_b=top_b.cpu().numpy(), margin=margins(logits_a).cpu().numpy(),
                      flip=(top_a != top_b).cpu().numpy(), differ=differ.cpu().numpy())
