@@ -35,7 +35,7 @@ from . import log, stage_main
 REFERENCE = "own"
 ARMS = ("parent", "own", "pow2-nearest", "pow2-ceiling", "probe")
 METRIC = "relative_perplexity_change"
-SEARCH_ARM_BUILT = False  # this study's build has no scale-search arm (DESIGN: gate G1)
+SEARCH_ARM_BUILT = False  # no scale-search arm is built: a triggered gate G1 (analysis.yaml) is reported, not run
 
 WINDOWS_SCHEMA = pa.schema([
     pa.field("arm", pa.string(), nullable=False),
