@@ -1,6 +1,6 @@
 """Structural facts of the campaign, computed from its cells table, and cross-checks of its shortcuts.
 
-Every expectation here follows from the definitions (DESIGN section 5), never from a recorded
+Every expectation here follows from the definitions (preregistration/faults.yaml, checks.yaml), never from a recorded
 output: cell counts, which checks the precondition faults must trip, the one-spacing behaviour of
 the epilogue faults, and that the vectorized shortcuts (tiling by multiplication, rank-one
 updates, sparse severities) give what a direct recomputation gives.

@@ -1,4 +1,4 @@
-"""Tamper cases: the gate stops on each, naming the file and the reason (DESIGN section 6).
+"""Tamper cases: the gate stops on each, naming the file and the reason (protocol.gate).
 
 Each test works on a fresh `git clone` of a scratch repository whose second commit adds
 amendments/LOCK (the lock commit), or on an unpacked copy without git.

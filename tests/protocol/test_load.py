@@ -1,4 +1,4 @@
-"""The protocol files load, validate and say what DESIGN section 5 registers; bad files are named."""
+"""The protocol files load, validate and say what the study registered; bad files are named."""
 
 from __future__ import annotations
 
@@ -307,8 +307,9 @@ def test_missing_file_is_named(prereg: Path) -> None:
         load(prereg)
 
 
-# DESIGN section 5, row by row: F fire, s silent, m predicted miss (silent), - n/a.
-DESIGN_CORRECTED = {
+# The study's two registered matrices as the second paper (arXiv:2609.00363, Table III) states them,
+# row by row: F fire, s silent, m predicted miss (silent), - n/a.
+STUDY_CORRECTED = {
     "F1": "sssssm-",
     "F2": "sssssm-",
     "F3": "ssssss-",
@@ -321,16 +322,16 @@ DESIGN_CORRECTED = {
     "F9 one": "FssFFF-",
     "F9 pct": "Fssssm-",
 }
-DESIGN_ORIGINAL = {
-    **{k: v for k, v in DESIGN_CORRECTED.items() if not k.startswith("F9")},
+STUDY_ORIGINAL = {
+    **{k: v for k, v in STUDY_CORRECTED.items() if not k.startswith("F9")},
     "F4": "sssssm-",
     "F9": "FssFFF-",
 }
 _CODE = {"F": ("fire", False), "s": ("silent", False), "m": ("silent", True), "-": ("n/a", False)}
 
 
-@pytest.mark.parametrize(("which", "table"), [("corrected", DESIGN_CORRECTED), ("original", DESIGN_ORIGINAL)])
-def test_every_registered_cell_matches_the_design_table(protocol: Protocol, which: str, table: dict[str, str]) -> None:
+@pytest.mark.parametrize(("which", "table"), [("corrected", STUDY_CORRECTED), ("original", STUDY_ORIGINAL)])
+def test_every_registered_cell_matches_the_study_table(protocol: Protocol, which: str, table: dict[str, str]) -> None:
     cells = protocol.matrices[which].cells
     got = {
         (row, int(check)): (prediction, bool(miss))

@@ -1,4 +1,4 @@
-"""The layer-level fault campaign (DESIGN section 5): reference pipeline, fault catalogue, cells.
+"""The layer-level fault campaign (preregistration/faults.yaml): reference pipeline, fault catalogue, cells.
 
 ``reference`` is arm A; ``catalogue`` holds F1..F9 as pure functions; ``run_layer`` runs all 42
 cells x 7 checks of one layer and ``run_campaign`` streams layers through it.

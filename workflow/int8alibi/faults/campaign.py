@@ -10,7 +10,7 @@ Cells of a layer share almost everything, so a layer is computed once, on its de
   sparse difference to the reference at the seeded positions (``checks.ElementDiff``).
 Layers stream: only one layer's tensors are alive at a time.
 
-Cell semantics (DESIGN section 5, faults.yaml): arm A is the reference pipeline, arm B the same
+Cell semantics (preregistration/faults.yaml): arm A is the reference pipeline, arm B the same
 pipeline with the fault. ``changed_elements`` counts the elements of arm B's output that differ
 bitwise from the layer's fault-free reference output (arm A on the layer's own operands, same
 regime); a cell with none is unobservable. ``max_ulp`` is the largest finite ulp distance between

@@ -1,4 +1,4 @@
-"""The token-level analysis (issue 9): teacher-forced replay, margin as a flip predictor, check 7
+"""The token-level analysis (preregistration/tokens.yaml): teacher-forced replay, margin as a flip predictor, check 7
 at model level, and end-to-end fault injection.
 
 ``replay`` runs windows under several arms at once and compares them position by position;

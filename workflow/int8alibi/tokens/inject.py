@@ -1,4 +1,4 @@
-"""End-to-end fault injection: DESIGN section 5's faults inside every W8A8 linear of the model.
+"""End-to-end fault injection: the campaign's faults (faults.yaml) inside every W8A8 linear of the model.
 
 Arm A is the campaign's reference pipeline (``faults.pipeline``: exact accumulator wrapped to
 int32, ``bf16_rne((f32(acc) * s_a) * s_w)``) in every linear; arm B is the same pipeline with one
