@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from int8alibi.engines import vllm_engine as ve
-from int8alibi.engines.identity import Identity, join, rails_digest, read_identity, write_identity
+from int8alibi.engines.identity import Identity, engine_log, join, rails_digest, read_identity, write_identity
+from int8alibi.provenance.hashing import sha256_bytes
 from int8alibi.errors import InputError
 
 
@@ -167,3 +168,18 @@ def test_the_rails_digest_follows_every_decoding_setting() -> None:
     assert base == rails_digest(dict(generation), dict(engine))
     assert base != rails_digest({**generation, "new_tokens": 63}, engine)
     assert base != rails_digest(generation, {**engine, "settings": {"enforce_eager": False}})
+
+
+def test_the_engine_log_is_re_hashed_against_its_recorded_digest(tmp_path: Path) -> None:
+    assert engine_log(identity(), tmp_path) is None  # the own engine keeps no log
+    (tmp_path / "run1.vllm").mkdir()
+    log = tmp_path / "run1.vllm" / "vllm-cutlass.vllm.log"
+    ident = vllm_identity("vllm-cutlass", process={"log": "run1.vllm/vllm-cutlass.vllm.log",
+                                                   "log_sha256": sha256_bytes(b"Selected it\n")})
+    with pytest.raises(InputError, match="engine log .* is missing"):
+        engine_log(ident, tmp_path)
+    log.write_bytes(b"Selected it\n")
+    assert engine_log(ident, tmp_path) == log
+    log.write_bytes(b"Selected another\n")
+    with pytest.raises(InputError, match="SHA-256 differs from the one recorded"):
+        engine_log(ident, tmp_path)

@@ -107,6 +107,21 @@ def quant_config_digest(checkpoint_dir: Path) -> str:
     return sha256_bytes(canonical_json(config["quantization_config"]).encode())
 
 
+def engine_log(identity: Identity, folder: Path) -> Path | None:
+    """The engine log an artifact's ``process`` names (relative to its folder), re-hashed against the
+    recorded digest; None for an engine that keeps no log. A missing or changed log is InputError:
+    it is the only evidence of the kernel that ran."""
+    name = identity.process.get("log")
+    if name is None:
+        return None
+    path = Path(folder) / str(name)
+    if not path.is_file():
+        raise InputError(f"{identity.source}: engine log {path} is missing; the kernel evidence cannot be checked")
+    if sha256_bytes(path.read_bytes()) != identity.process.get("log_sha256"):
+        raise InputError(f"{path}: SHA-256 differs from the one recorded in {identity.source}")
+    return path
+
+
 def rails_digest(generation: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
     """Digest of the rails every sequence is decoded on: the generation settings (prompt count, new
     tokens, greedy, size profile) and the engine's decoding and build settings."""

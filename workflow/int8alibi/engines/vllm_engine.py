@@ -247,6 +247,8 @@ def generate(arm: str, checkpoint_dir: Path, prompts: Sequence[Sequence[int]], n
     tokens = result["tokens"]
     if len(tokens) != len(prompts) or any(len(t) != new_tokens for t in tokens):
         raise InputError(f"{output}: expected {len(prompts)} sequences of {new_tokens} tokens from arm {arm}")
+    request.unlink()  # the tokens go into the stage's table; the log stays as the kernel evidence
+    output.unlink()
     return VllmRun(tokens=[[int(t) for t in seq] for seq in tokens], evidence=evidence, settings=payload["llm"],
                    environment_sha256=str(result["environment_sha256"]), log_sha256=sha256_bytes(log.read_bytes()))
 

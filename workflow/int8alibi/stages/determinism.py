@@ -19,7 +19,7 @@ import torch
 
 from ..config import Config
 from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
-from ..engines.identity import Identity, Mismatch, Treatment, join, read_identity
+from ..engines.identity import Identity, Mismatch, Treatment, engine_log, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
@@ -63,7 +63,7 @@ class Artifact:
     tokens: torch.Tensor
     lengths: torch.Tensor
     frame: pd.DataFrame
-    paths: tuple[Path, Path]
+    paths: tuple[Path, ...]  # tokens table, identity, and the engine's log where it keeps one
 
 
 def parse_flag(value: Any, name: str) -> bool:
@@ -95,7 +95,8 @@ def read_artifact(runs: Path, arm: str, checkpoint: str, run: int) -> Artifact:
     tokens = torch.full((len(seqs), width), -1, dtype=torch.int64)
     for i, ids in enumerate(seqs):
         tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
-    return Artifact(identity, tokens, lengths, frame, (table_path, identity_path))
+    log_file = engine_log(identity, identity_path.parent)
+    return Artifact(identity, tokens, lengths, frame, (table_path, identity_path, *([log_file] if log_file else [])))
 
 
 def agreement(a: Artifact, b: Artifact) -> tuple[torch.Tensor, torch.Tensor]:
