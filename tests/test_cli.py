@@ -33,7 +33,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
         raise InputError("config.yaml: no such model")
 
     module.raising = raising
-    from int8alibi import bench
+    from int8alibi.tools import bench
 
     monkeypatch.setitem(cli.COMMANDS, "diff", (lambda: module.bench, "diff"))
     monkeypatch.setitem(bench.BENCHMARKS, "kernels", lambda: module.kernels)
@@ -79,7 +79,7 @@ def test_missing_command_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch
 
 def test_a_benchmark_whose_module_is_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from int8alibi import bench
+    from int8alibi.tools import bench
 
     monkeypatch.setitem(bench.BENCHMARKS, "kernels", _missing_module)
     assert cli.main(["bench", "kernels"]) == 2
@@ -113,7 +113,7 @@ def test_console_script_verify_help() -> None:
 
 
 def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
-    from int8alibi import bench
+    from int8alibi.tools import bench
 
     for flag in ("--help", "-h"):
         assert cli.main(["bench", flag]) == 0

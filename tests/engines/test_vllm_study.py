@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from int8alibi import resolve
+from int8alibi.planning import resolve
 from int8alibi.engines import vllm_study
 from int8alibi.errors import InputError
 

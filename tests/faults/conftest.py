@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from int8alibi.faults import CampaignSettings, run_campaign
-from int8alibi.operands import ModelShapes, Operands, synthetic_layers
+from int8alibi.kernels.layer_operands import ModelShapes, Operands, synthetic_layers
 from int8alibi.protocol import load
 
 PROJECT = Path(__file__).resolve().parents[2]

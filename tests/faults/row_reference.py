@@ -11,11 +11,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from int8alibi.checks import evaluate
+from int8alibi.faults.checks import evaluate
 from int8alibi.faults import CampaignSettings
 from int8alibi.faults.campaign import _LayerRun
 from int8alibi.faults.rows import ROW_COLUMNS
-from int8alibi.operands import Operands
+from int8alibi.kernels.layer_operands import Operands
 
 
 def layer_rows(op: Operands, settings: CampaignSettings) -> list[tuple[Any, ...]]:

@@ -12,7 +12,7 @@ from int8alibi.errors import InputError
 from int8alibi.faults import CampaignSettings, run_campaign
 from int8alibi.faults.batched import draw_picks
 from int8alibi.faults.run import resolve_engine
-from int8alibi.operands import Operands, synthetic_layers
+from int8alibi.kernels.layer_operands import Operands, synthetic_layers
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

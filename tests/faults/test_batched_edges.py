@@ -16,7 +16,7 @@ import torch
 from int8alibi.errors import InputError
 from int8alibi.faults import CampaignSettings, run_campaign
 from int8alibi.faults import batched
-from int8alibi.operands import Operands
+from int8alibi.kernels.layer_operands import Operands
 
 BF16_MAX = float.fromhex("0x1.fep127")      # largest finite bf16
 F32_MAX = float.fromhex("0x1.fffffep127")   # largest finite float32

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from int8alibi.bench.faults import main
+from int8alibi.tools.bench.faults import main
 
 from .conftest import PROJECT
 

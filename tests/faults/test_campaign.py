@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from int8alibi.arith import exact_accumulator, wrap_int32
-from int8alibi.checks import compare_outputs
+from int8alibi.faults.checks import compare_outputs
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.faults import CELLS_PER_LAYER, CampaignSettings, reference, run_layer
 from int8alibi.faults import catalogue as cat
 from int8alibi.faults.campaign import FAULT_SEVERITIES, cell_rng, fraction_count, picked_elements
 from int8alibi.faults.pipeline import regime_scales, tile_partial_sums
-from int8alibi.operands import Operands
+from int8alibi.kernels.layer_operands import Operands
 
 CELL = ["layer", "fault", "severity", "regime"]
 

@@ -13,15 +13,15 @@ import pytest
 import hashlib
 from pathlib import Path
 
-from int8alibi.checks import CellEvidence, EvidenceColumns, OutputComparison, Thresholds, evaluate, evaluate_columns
+from int8alibi.faults.checks import CellEvidence, EvidenceColumns, OutputComparison, Thresholds, evaluate, evaluate_columns
 from int8alibi.errors import InputError
 from int8alibi.faults import CampaignSettings, run_campaign
 from int8alibi.faults.campaign import CELLS_PER_LAYER
 from int8alibi.faults.rows import check_layer
-from int8alibi.operands import Operands, synthetic_layers
+from int8alibi.kernels.layer_operands import Operands, synthetic_layers
 from int8alibi.provenance.parquet import write_table
-from int8alibi.definitions import MATRICES
-from int8alibi.scoring import CELLS_KEY, CELLS_SCHEMA, cells_table, score
+from int8alibi.protocol.definitions import MATRICES
+from int8alibi.analysis.scoring import CELLS_KEY, CELLS_SCHEMA, cells_table, score
 
 from .row_reference import reference_frame
 from .test_batched import boundary_layers

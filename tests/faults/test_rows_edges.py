@@ -7,7 +7,7 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from int8alibi.checks import EvidenceColumns, Thresholds
+from int8alibi.faults.checks import EvidenceColumns, Thresholds
 from int8alibi.errors import InputError
 from int8alibi.faults.rows import CellColumns, frame
 

@@ -10,9 +10,9 @@ import pytest
 from int8alibi.config import load_config
 from int8alibi.errors import InputError
 from int8alibi.faults.sources import LayerSelection, OperandSource
-from int8alibi.operands import save_operands
+from int8alibi.kernels.layer_operands import save_operands
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.scoring import CELLS_SCHEMA
+from int8alibi.analysis.scoring import CELLS_SCHEMA
 from int8alibi.stages import faults as stage
 
 from .conftest import PROJECT, small_layers
@@ -109,7 +109,7 @@ def test_an_operand_source_that_is_none_of_the_kinds_is_refused(tmp_path: Path) 
 
 
 def test_a_capture_index_supplies_its_own_prefill_layers_in_model_order(tmp_path: Path) -> None:
-    from int8alibi.capture_index import write_capture
+    from int8alibi.kernels.capture_index import write_capture
 
     prefill, decode = small_layers(m=16), small_layers(m=1)
     index = write_capture(tmp_path, {("own", "prefill"): (prefill, "t" * 64), ("own", "decode"): (decode, "u" * 64)})

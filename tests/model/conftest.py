@@ -40,6 +40,6 @@ def reference_arm() -> CutlassOrderReference:
 def english_prose() -> str:
     """English prose that ships with CPython: the start of the pipeline's embedded corpus
     (CPython 3.11.7's ``pydoc_data.topics``, shipped as a file), enough for 512 tokens."""
-    from int8alibi.corpus import package_text
+    from int8alibi.inputs.corpus import package_text
 
     return package_text()[:8000]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
-from int8alibi.corpus import encode
+from int8alibi.inputs.corpus import encode
 from int8alibi.model.byte_tokenizer import byte_symbols, byte_tokenizer
 from int8alibi.model.sources import tokenizer_digest
 

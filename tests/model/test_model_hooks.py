@@ -8,7 +8,7 @@ import torch
 from int8alibi.errors import InputError
 from int8alibi.model.hooks import capture, tapped
 from int8alibi.model.w8a8 import quantize_linears, swap_linears
-from int8alibi.operands import operand_digest
+from int8alibi.kernels.layer_operands import operand_digest
 from int8alibi.quant.activation import quantize_per_token
 
 

@@ -9,7 +9,7 @@ from int8alibi.errors import InputError
 from int8alibi.model.seeded_weights import seeded_tensor
 from int8alibi.model.synthetic import (PRESETS, build_synthetic, parameter_shapes, synthetic_config, synthetic_tensor,
                                       write_synthetic)
-from int8alibi.operands import QWEN3_SHAPES
+from int8alibi.kernels.layer_operands import QWEN3_SHAPES
 
 
 def test_weights_depend_on_the_seed_only():

@@ -177,7 +177,7 @@ def test_a_full_disk_reported_in_a_library_error_type_is_named(tmp_path) -> None
 
 def write_big_operands(cfg, out_dir: Path) -> None:
     """A stage body: capture's safetensors writer with more operands than the disk holds."""
-    from int8alibi.operands import save_operands, synthetic_layers
+    from int8alibi.kernels.layer_operands import save_operands, synthetic_layers
 
     save_operands(out_dir / "operands" / "own-prefill.safetensors",
                   list(synthetic_layers("qwen3-1.7b", m=64, blocks=1)))

@@ -1,4 +1,4 @@
-"""The stage runner lets a stage read only the config keys its rule digests (``int8alibi.stage_needs``).
+"""The stage runner lets a stage read only the config keys its rule digests (``int8alibi.planning.stage_needs``).
 
 A planted violation (the model stage reading a key its rule does not digest) stops the stage with
 one line naming the stage, the key and the table, and leaves its folder as it was; so does one whose
@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from int8alibi.errors import ConfigScopeError
-from int8alibi.stage_needs import STAGES
+from int8alibi.planning.stage_needs import STAGES
 from int8alibi.runtime.runner import stage_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_a_read_of_a_key_the_rule_does_not_digest_stops_the_stage(tmp_path, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("int8alibi: stage model failed: stage model read config key "
                                                "'size_profile'"), err
-    assert "int8alibi.stage_needs.STAGES" in err[0]
+    assert "int8alibi.planning.stage_needs.STAGES" in err[0]
     assert list(out.iterdir()) == []  # nothing it wrote is left
 
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from int8alibi.config import Config, load_config
-from int8alibi.corpus import encode, load_corpus
+from int8alibi.inputs.corpus import encode, load_corpus
 from int8alibi.engines.checkpoints import checkpoint_dir
 from int8alibi.errors import GateError, InputError, ProtocolError
 from int8alibi.model.layers import quantized_linears
 from int8alibi.model.sources import load_source
 from int8alibi.model.w8a8 import quantize_linears
-from int8alibi.operands import load_operands, operand_digest
-from int8alibi.prompts import capture_sizes, decode_prompt, prefill_tile, token_digest
+from int8alibi.kernels.layer_operands import load_operands, operand_digest
+from int8alibi.inputs.prompts import capture_sizes, decode_prompt, prefill_tile, token_digest
 from int8alibi.protocol import load
 from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
@@ -27,7 +27,7 @@ from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.stages import capture
 from int8alibi.stages import model as model_stage
 from int8alibi.stages import requant as requant_stage
-from int8alibi import capture_index
+from int8alibi.kernels import capture_index
 from int8alibi.quant import gate as requant_gate
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -18,11 +18,12 @@ import yaml
 
 from int8alibi.config import Config, load_config
 from int8alibi.errors import InputError, ProtocolError
-from int8alibi.operands import ModelShapes, Operands, synthetic_layers
+from int8alibi.kernels.layer_operands import ModelShapes, Operands, synthetic_layers
 from int8alibi.protocol.amend import amend
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
-from int8alibi import bitwise_prediction, capture_index, layer_comparison
+from int8alibi.analysis import bitwise_prediction, layer_comparison
+from int8alibi.kernels import capture_index
 from int8alibi.stages import compare, prediction
 
 PROJECT = Path(__file__).resolve().parents[2]

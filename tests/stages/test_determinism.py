@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from int8alibi.config import Config
-from int8alibi.corpus import prompts
+from int8alibi.inputs.corpus import prompts
 from int8alibi.engines.checkpoints import checkpoint_dir
 from int8alibi.engines.own import load_w8a8
 from int8alibi.engines.identity import Identity, read_identity, write_identity

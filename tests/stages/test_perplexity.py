@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from int8alibi.config import Config
-from int8alibi.corpus import encode, load_corpus
+from int8alibi.inputs.corpus import encode, load_corpus
 from int8alibi.errors import ProtocolError
 from int8alibi.model.sources import load_parent
 from int8alibi.protocol import load

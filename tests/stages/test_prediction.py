@@ -17,12 +17,12 @@ from int8alibi.arith import compare_bf16
 from int8alibi.config import load_config
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.kernels import get
-from int8alibi.operands import Operands
+from int8alibi.kernels.layer_operands import Operands
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
 from int8alibi.stages import prediction
-from int8alibi import bitwise_prediction
-from int8alibi import capture_index
+from int8alibi.analysis import bitwise_prediction
+from int8alibi.kernels import capture_index
 
 PROJECT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")

@@ -31,19 +31,18 @@ STAGES = f"{PACKAGE_NAME}.stages"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", (  # no science: errors, text, files, hashes, YAML, the config, the device
         "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "portable",
-        "arm_names", "definitions", "stage_needs", "run_lock", "provenance", "provenance.hashing", "provenance.atomic",
-        "provenance.parquet", "provenance.transaction", "provenance.code")),
+        "arm_names", "provenance", "provenance.hashing", "provenance.atomic", "provenance.parquet",
+        "provenance.transaction", "provenance.code")),
     ("arith and protocol", ("arith", "protocol")),
     ("provenance", (  # a run's records: they record (and audit re-checks) the protocol in force
         "provenance.environment", "provenance.manifest", "provenance.manifest_format", "provenance.chain",
         "provenance.audit")),
-    ("domain", (  # the science: operands, kernels, quantization, models, faults, checks, reading rules
-        "operands", "kernels", "quant", "model", "corpus", "prompts", "checks", "decisions", "scoring", "stats",
-        "faults", "tokens", "engines", "ksweep", "floors", "resources", "resolve", "capture_index",
-        "bitwise_prediction", "layer_comparison", "report", "crossmodel")),
+    ("domain", (  # the science: operands, kernels, quantization, models, faults, checks, the analysis, inputs
+        "kernels", "quant", "model", "inputs", "analysis", "faults", "tokens", "engines", "ksweep", "report",
+        "planning")),
     ("tools", (  # what runs the domain: the stage runner, commands, benchmarks, the workflow's helpers
-        "runtime", "cli", "bench", "conform", "synthetic_compare", "kernels.validate_gpu", "protocol.amend",
-        "workflow_support", "workflow_plan", "rule_commands", "carry")),
+        "runtime", "cli", "tools", "kernels.validate_gpu", "protocol.amend", "planning.rerun",
+        "planning.workflow_plan", "planning.rule_commands")),
     ("stages", ("stages",)),
 )
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from int8alibi.arith import exact_accumulator, snap_pow2, wrap_int32
-from int8alibi.checks import Thresholds
+from int8alibi.faults.checks import Thresholds
 from int8alibi.errors import InputError
 from int8alibi.faults import catalogue as cat
 from int8alibi.faults.campaign import CampaignSettings, cell_rng, fraction_count

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from int8alibi.errors import InputError
-from int8alibi.stats import QUANTILE_METHOD, resample_indices
+from int8alibi.analysis.bootstrap import QUANTILE_METHOD, resample_indices
 from int8alibi.tokens.margin import (auc_small_margin, average_precision, brier, calibrate, calibrate_isotonic,
                                      cluster_bootstrap_auc, cluster_bootstrap_rate, fit_bins, fit_isotonic_decreasing,
                                      fit_windows, leave_one_cluster_out)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.workflow_support import LLMCOMPRESSOR_VENV
+from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

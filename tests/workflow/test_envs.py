@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from int8alibi.workflow_plan import software_env
+from int8alibi.planning.workflow_plan import software_env
 
 from .conftest import PROJECT
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from int8alibi.protocol import STAGE_FILES
-from int8alibi.stage_needs import STAGES, never_read
+from int8alibi.planning.stage_needs import STAGES, never_read
 
 from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project, scheduled_jobs
 

@@ -35,13 +35,13 @@ def _amend() -> Entry:
 
 
 def _conform() -> Entry:
-    from .conform import main
+    from .tools.conform import main
 
     return main
 
 
 def _bench() -> Entry:
-    from .bench import main
+    from .tools.bench import main
 
     return main
 

@@ -4,7 +4,7 @@ Paths may name environment variables (``${QWEN3_DIR}``) so the same config serve
 
 When Snakemake plans a run it decides the *run config*: the user's config with its environment
 variables expanded and a ``resolved`` block holding the device and the arm pair that ``auto`` stood
-for, with the reason and the host that decided (``int8alibi.resolve``). It lives at
+for, with the reason and the host that decided (``int8alibi.planning.resolve``). It lives at
 ``<results>/.run/<digest>/config.yaml``, one file per expanded config (``run_config_path``), written
 once when a run starts executing (never by ``-n``, ``--dag`` or ``--summary``) and never rewritten:
 a job reads the file its command names, so a later invocation with other values cannot change what
@@ -37,7 +37,7 @@ _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 class ReadScope:
-    """The config keys one stage may read (``int8alibi.stage_needs``), and those it did read.
+    """The config keys one stage may read (``int8alibi.planning.stage_needs``), and those it did read.
 
     Its rule reruns the stage when one of the allowed keys changes and for no other: a stage that
     reads any other key would keep outputs made under a value that no longer holds, so reading one
@@ -58,7 +58,7 @@ class ReadScope:
         self.undeclared.add(key)
         raise ConfigScopeError(f"stage {self.stage} read config key {key!r}, which its rule does not digest (so "
                                f"changing it would not rerun the stage): add it to the stage's config keys in "
-                               f"int8alibi.stage_needs.STAGES (it reads: {', '.join(sorted(self.allowed)) or 'none'})")
+                               f"int8alibi.planning.stage_needs.STAGES (it reads: {', '.join(sorted(self.allowed)) or 'none'})")
 
     @property
     def unread(self) -> list[str]:

@@ -26,4 +26,4 @@ class DiskFullError(Int8AlibiError):
 
 
 class ConfigScopeError(Int8AlibiError):
-    """A stage read a config key that its rule does not digest (``int8alibi.stage_needs``)."""
+    """A stage read a config key that its rule does not digest (``int8alibi.planning.stage_needs``)."""

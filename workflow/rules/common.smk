@@ -1,8 +1,8 @@
 # Set-up shared by every rule, and every helper function the rule files use (they hold rules only).
 # The Python behind it lives in the package, tested there: the config check, the protocol gate, the
-# run config and the run's folders, targets and job environments (int8alibi.workflow_plan), the
-# params that decide reruns (int8alibi.workflow_support) from what each stage reads
-# (int8alibi.stage_needs), and the quoted commands (int8alibi.rule_commands). What stays here needs
+# run config and the run's folders, targets and job environments (int8alibi.planning.workflow_plan), the
+# params that decide reruns (int8alibi.planning.rerun) from what each stage reads
+# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). What stays here needs
 # Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
 import re
@@ -22,16 +22,17 @@ apply_to_environ()
 from int8alibi.progress import quiet_bars
 
 quiet_bars()
-from int8alibi import parse_cache, workflow_plan
+from int8alibi import parse_cache
+from int8alibi.planning import workflow_plan
 from int8alibi.config import write_run_config
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
-from int8alibi.resources import plan_resources
-from int8alibi.rule_commands import q, qpath, stage_cmd
-from int8alibi.stage_needs import STAGES
-from int8alibi.workflow_support import (
+from int8alibi.planning.resources import plan_resources
+from int8alibi.planning.rule_commands import q, qpath, stage_cmd
+from int8alibi.planning.stage_needs import STAGES
+from int8alibi.planning.rerun import (
     CODE_CACHE,
     environment_params,
     job_python,
@@ -56,7 +57,7 @@ def _stop(exc):
 
 # The config Snakemake loaded, read again strictly and validated, its results folder (inside the
 # checkout, or under --config results_root=/abs) and the fail-closed protocol gate
-# (int8alibi.workflow_plan.checked_config).
+# (int8alibi.planning.workflow_plan.checked_config).
 try:
     RESULTS, GATE = workflow_plan.checked_config(
         config, workflow.configfiles, workflow.config_settings.overwrite_config, ROOT
@@ -87,14 +88,15 @@ if _PLAN.unset:
         "and every job of this run stops until it is set\n"
     )
 RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
-# The interpreter commands name, as {params.python:q} (int8alibi.workflow_support.job_python).
+# The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python).
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 PYTHON = job_python(CONDA, Path.cwd())
 
 
 onstart:
     try:
-        from int8alibi.run_lock import hold  # one executing run per results folder, held until snakemake exits
+        # one executing run per results folder, held until snakemake exits
+        from int8alibi.planning.run_lock import hold
 
         workflow.globals["_RUN_LOCK"] = hold(RESULTS, RUN_CONFIG)
         write_run_config(RUN, RUN_CONFIG)
@@ -104,10 +106,10 @@ onstart:
 
 # The two kernel arms this run resolved to (the `arm` wildcard of the generate jobs).
 KERNEL_ARMS = list(RUN["resolved"]["arms"])
-# own or vllm, resolved once when the run was planned (int8alibi.resolve.resolve_engine)
+# own or vllm, resolved once when the run was planned (int8alibi.planning.resolve.resolve_engine)
 ENGINE = RUN["resolved"]["engine"]
 
-# Rerun triggers Snakemake cannot see as input files (int8alibi.workflow_support), one readable param
+# Rerun triggers Snakemake cannot see as input files (int8alibi.planning.rerun), one readable param
 # each: the code a stage can run (by syntax tree: comments and docstrings rerun nothing), the config
 # keys it reads, the model's source files by content, and the library versions and portable settings
 # every job computes under. The caches live beside Snakemake's own state: planning (a dry run too)
@@ -120,7 +122,7 @@ except Int8AlibiError as exc:
 ENVIRONMENT = environment_params()
 CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
-# size profile (int8alibi.resources); the SLURM profile sends them as --mem and --time.
+# size profile (int8alibi.planning.resources); the SLURM profile sends them as --mem and --time.
 try:
     RESOURCES = plan_resources(RUN, GATE.protocol)
 except Int8AlibiError as exc:
@@ -134,8 +136,8 @@ def save_plan_caches():
 
 def stage_params(stage, environment=None):
     """A stage rule's params, given as `**stage_params(...)` beside the rule's own: the rerun params
-    (int8alibi.workflow_support.rerun_params: the stage's code, and the config keys and source files
-    that int8alibi.stage_needs says it reads), and the interpreter and run config its command names.
+    (int8alibi.planning.rerun.rerun_params: the stage's code, and the config keys and source files
+    that int8alibi.planning.stage_needs says it reads), and the interpreter and run config its command names.
     Those two are functions of the job's output, which Snakemake does not compare between runs (its
     "derived" params): they change with where the environment lives and with every config key, and a
     job reruns only for what it reads."""
@@ -146,7 +148,7 @@ def stage_params(stage, environment=None):
 
 
 def stage_threads(stage):
-    """The rule's `threads:` (int8alibi.stage_needs): one where the stage runs the model's float
+    """The rule's `threads:` (int8alibi.planning.stage_needs): one where the stage runs the model's float
     forward pass on one intra-op thread for portable bytes, so Snakemake runs such jobs side by side."""
     return STAGES[stage].threads
 
@@ -184,7 +186,7 @@ def deleted_with(**paths):
 
 
 def software_env(gpu_capable=False):
-    """The conda environment file a job runs in (int8alibi.workflow_plan.software_env)."""
+    """The conda environment file a job runs in (int8alibi.planning.workflow_plan.software_env)."""
     return workflow_plan.software_env(RUN, gpu_capable)
 
 

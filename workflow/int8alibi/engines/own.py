@@ -99,7 +99,7 @@ def greedy_steps(model: Any, prompt_ids: torch.Tensor) -> Iterator[tuple[torch.T
         step = model(input_ids=nxt[None, :], use_cache=True, **{cache: getattr(step, cache)})
 
 
-def load_parent(cfg: Config, device: torch.device) -> OwnEngine:
+def load_parent_engine(cfg: Config, device: torch.device) -> OwnEngine:
     """The bf16 parent model, untouched: the reference arm of the perplexity stage."""
     from ..model.sources import load_parent as _load
 
@@ -113,7 +113,7 @@ def load_w8a8(cfg: Config, checkpoint_dir: Path, arm: Any, device: torch.device,
     from ..model.w8a8 import swap_linears
     from ..quant.compressed_tensors import load_checkpoint
 
-    engine = load_parent(cfg, device)
+    engine = load_parent_engine(cfg, device)
     checkpoint = load_checkpoint(checkpoint_dir)
     engine.model = swap_linears(engine.model, checkpoint, arm).to(device).eval()
     engine.label = label

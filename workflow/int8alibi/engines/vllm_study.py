@@ -37,7 +37,7 @@ ARMS = list(ARM_KERNELS)
 
 def plan_run_config(config_file: Path, results: str) -> Path:
     """The run config for the vLLM pair on CUDA, written once under ``<results>/.run/``."""
-    from ..resolve import plan
+    from ..planning.resolve import plan
 
     data = strict_yaml.read(config_file)
     data.update({"device": "cuda", "arms": list(ARMS), "engine": "vllm", "results": results})

@@ -36,8 +36,8 @@ from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumul
 from ..arith.bf16 import nonfinite_bits, signed_bits
 from ..arith.bits import bit_pattern
 from ..arith.pow2 import snapped_pow2
-from ..checks import EvidenceColumns, Thresholds
-from ..operands import Operands
+from .checks import EvidenceColumns, Thresholds
+from ..kernels.layer_operands import Operands
 from . import catalogue as cat
 from . import compare
 from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _validate, cell_rng,

@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 from ..arith import exact_accumulator, wrap_int32
-from ..checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, OutputComparison, Thresholds,
-                      accumulator_matches, all_pow2, count_differing, nonfinite_index, operands_identical,
-                      ordered_positions)
+from .checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, OutputComparison, Thresholds,
+                     accumulator_matches, all_pow2, count_differing, nonfinite_index, operands_identical,
+                     ordered_positions)
 from ..errors import InputError, ProtocolError
-from ..operands import Operands
+from ..kernels.layer_operands import Operands
 from . import catalogue as cat
 from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
 from .rows import CellColumns, check_layer, strings

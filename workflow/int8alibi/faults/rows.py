@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from ..checks import EvidenceColumns, Thresholds, evaluate_columns
+from .checks import EvidenceColumns, Thresholds, evaluate_columns
 from ..errors import InputError
 
 CHECKS = 7

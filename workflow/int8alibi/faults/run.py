@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from ..errors import InputError
-from ..operands import Operands
+from ..kernels.layer_operands import Operands
 from ..progress import Progress
 from .campaign import CampaignSettings, run_layer_cells
 from .rows import CellColumns, frame

@@ -2,7 +2,7 @@
 
 The campaign runs on the operands the capture stage recorded for the checkpoint under test
 (``own``) in the prefill phase. ``operands`` may name that capture index, a directory holding
-it, a directory of operand files written by ``operands.save_operands``, or one such file.
+it, a directory of operand files written by ``layer_operands.save_operands``, or one such file.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from itertools import islice
 from pathlib import Path
 
 from ..errors import InputError
-from ..operands import Operands, load_operands
-from ..capture_index import index_inputs, iter_index_operands, read_index
+from ..kernels.layer_operands import Operands, load_operands
+from ..kernels.capture_index import index_inputs, iter_index_operands, read_index
 
 CHECKPOINT = "own"
 PHASE = "prefill"

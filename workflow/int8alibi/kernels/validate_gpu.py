@@ -31,7 +31,7 @@ import torch
 
 from ..arith import compare_bf16, exact_accumulator, int32_bound_holds, snap_pow2, wrap_int32
 from ..errors import InputError
-from ..operands import QWEN3_SHAPES, Operands, synthetic_layers
+from .layer_operands import QWEN3_SHAPES, Operands, synthetic_layers
 from .base import Arm
 from .exact import EpilogueOrder, epilogue
 from .registry import EMULATION_OF, get

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..operands import Operands
+from ..kernels.layer_operands import Operands
 from .layers import LayerRef, quantized_linears
 from .w8a8 import W8A8Linear
 

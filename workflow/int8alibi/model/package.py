@@ -1,7 +1,7 @@
 """The GGUF file of a model package: where it lies, found without importing the package or torch,
 and the tokenizer it stores (transformers is imported only when that is asked for).
 
-Planning reads the file's place too (the model's source digest, ``workflow_support.source_files``),
+Planning reads the file's place too (the model's source digest, ``rerun.source_files``),
 in an environment that may hold only Snakemake and the parse-time packages (envs/plan.txt).
 """
 

@@ -195,7 +195,7 @@ def _verify_tokens(t: Mapping[str, Any], analysis: Mapping[str, Any], faults: Ma
 
 
 def _verify_paper(p: Mapping[str, Any]) -> None:
-    from ..definitions import STATED, Definition
+    from .definitions import STATED, Definition
 
     stated = Definition.from_protocol("stated", p["definitions"]["stated"], pins.PAPER)
     Definition.from_protocol("paper", p["definitions"]["paper"], pins.PAPER)

@@ -23,7 +23,7 @@ from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG
 from ..provenance.transaction import stage_transaction
-from ..stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
+from ..planning.stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 from .device_memory import log_peak_device_memory
 
 log = logging.getLogger("int8alibi")
@@ -64,7 +64,7 @@ def _check_arguments(run: Callable[..., None], stage: str, given: Mapping[str, o
 
 
 def read_scope(stage: str) -> ReadScope:
-    """The config keys ``stage`` may read: those its rule digests (``int8alibi.stage_needs``)."""
+    """The config keys ``stage`` may read: those its rule digests (``int8alibi.planning.stage_needs``)."""
     return ReadScope(stage, STAGES[stage].config, UNDIGESTED_KEYS)
 
 
@@ -73,7 +73,7 @@ def log_reads(scope: ReadScope) -> None:
     log.info(READS_LINE, scope.stage, ", ".join(sorted(scope.read)) or "none", ", ".join(scope.unread) or "none")
     if scope.undeclared:
         raise ConfigScopeError(f"stage {scope.stage} read config keys its rule does not digest: "
-                               f"{', '.join(sorted(scope.undeclared))} (add them in int8alibi.stage_needs.STAGES)")
+                               f"{', '.join(sorted(scope.undeclared))} (add them in int8alibi.planning.stage_needs.STAGES)")
 
 
 def out_folder(out: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..config import Config
-from ..corpus import load_corpus
+from ..inputs.corpus import load_corpus
 from ..engines.checkpoints import checkpoint_dir, gate_verdict
 from ..engines.own import greedy_steps
 from ..errors import InputError
@@ -26,16 +26,16 @@ from ..model.hooks import capture, tapped
 from ..model.layers import quantized_linears
 from ..model.sources import load_parent
 from ..model.w8a8 import swap_linears
-from ..capture_index import OPERANDS_DIR, save_phase, write_index
-from ..operands import Operands
+from ..kernels.capture_index import OPERANDS_DIR, save_phase, write_index
+from ..kernels.layer_operands import Operands
 from ..progress import Progress
-from ..prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
+from ..inputs.prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
 from ..protocol import load
 from ..provenance.atomic import temp_dir
 from ..provenance.manifest import write_manifest
 from ..provenance.manifest_format import MANIFEST_NAME
 from ..quant.compressed_tensors import load_checkpoint
-from ..resolve import stage_arms
+from ..planning.resolve import stage_arms
 from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.capture")

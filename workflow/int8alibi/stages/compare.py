@@ -7,7 +7,7 @@ says which layers must come out bit for bit identical; a layer that does not is 
 failed prediction, never dropped. The predictions must be pinned by an amendment before they are
 read, unless the run declares itself exploratory (then every table and the manifest say so).
 
-The comparison itself is ``int8alibi.layer_comparison``; ``python -m int8alibi.synthetic_compare``
+The comparison itself is ``int8alibi.analysis.layer_comparison``; ``python -m int8alibi.tools.synthetic_compare``
 runs it on seeded synthetic operands of a real model's shapes.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..bitwise_prediction import PREDICTION_SCHEMA
-from ..capture_index import index_inputs, iter_index_operands, read_index
+from ..analysis.bitwise_prediction import PREDICTION_SCHEMA
+from ..kernels.capture_index import index_inputs, iter_index_operands, read_index
 from ..config import Config
 from ..errors import InputError, ProtocolError
-from ..layer_comparison import SETTINGS, layer_rows, log_summary, near_zero_fraction, write_tables
+from ..analysis.layer_comparison import SETTINGS, layer_rows, log_summary, near_zero_fraction, write_tables
 from ..progress import Progress
 from ..protocol import pinned_data_digest
 from ..protocol.chain import read_amendments
@@ -31,7 +31,7 @@ from ..protocol.pins import data_digest
 from ..provenance.environment import differences, made_in
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table
-from ..resolve import stage_arms
+from ..planning.resolve import stage_arms
 from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.compare")

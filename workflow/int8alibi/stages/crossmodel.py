@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import Config
-from ..crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, verified_root, wide
+from ..report.crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, verified_root, wide
 from ..errors import InputError
 from ..protocol import load
 from ..provenance.atomic import write_bytes

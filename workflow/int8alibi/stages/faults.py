@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from ..config import Config, load_config
-from ..resolve import stage_device
+from ..planning.resolve import stage_device
 from ..errors import InputError, Int8AlibiError
 from ..faults import CampaignSettings, run_campaign
 from ..faults.sources import LayerSelection, OperandSource
@@ -35,14 +35,14 @@ from ..provenance.chain import verify_input
 from ..provenance.manifest import write_manifest
 from ..provenance.manifest_format import load_manifest
 from ..provenance.parquet import read_table, write_table
-from ..decisions import DECISIONS_KEY, DECISIONS_SCHEMA
-from ..decisions import evaluate as evaluate_decisions
-from ..definitions import MATRICES, REVERTED, Definition
+from ..analysis.decisions import DECISIONS_KEY, DECISIONS_SCHEMA
+from ..analysis.decisions import evaluate as evaluate_decisions
+from ..protocol.definitions import MATRICES, REVERTED, Definition
 from ..protocol import Protocol
-from ..scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, FLIPS_KEY, FLIPS_SCHEMA,
-                       SCORECARD_KEY, SCORECARD_SCHEMA, TOTALS_KEY, TOTALS_SCHEMA, ULP_KEY, ULP_SCHEMA,
-                       cells_table, definition_scores, detection, flips, reverted_matrix, score,
-                       scorecard, totals, ulp_distribution)
+from ..analysis.scoring import (CELLS_KEY, CELLS_SCHEMA, DETECTION_KEY, DETECTION_SCHEMA, FLIPS_KEY, FLIPS_SCHEMA,
+                                SCORECARD_KEY, SCORECARD_SCHEMA, TOTALS_KEY, TOTALS_SCHEMA, ULP_KEY, ULP_SCHEMA,
+                                cells_table, definition_scores, detection, flips, reverted_matrix, score,
+                                scorecard, totals, ulp_distribution)
 from ..printable import printable
 from ..runtime.runner import guarded, log_reads, read_scope, stage_main
 

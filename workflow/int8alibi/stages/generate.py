@@ -17,7 +17,7 @@ import torch
 
 from .. import portable
 from ..config import Config
-from ..corpus import prompt_digest, prompts
+from ..inputs.corpus import prompt_digest, prompts
 from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
 from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, ids_text, sequence_sha256
@@ -28,7 +28,7 @@ from ..provenance.environment import library_versions
 from ..provenance.parquet import write_table
 from ..model.sources import tokenizer_digest
 from ..quant.variants import CHECKPOINT_VARIANTS
-from ..resolve import require_arm, stage_device
+from ..planning.resolve import require_arm, stage_device
 from ..runtime.runner import log, stage_main
 
 ENGINES = ("own", "vllm")

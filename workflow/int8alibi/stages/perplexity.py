@@ -21,16 +21,16 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..corpus import encode, load_corpus, windows
+from ..inputs.corpus import encode, load_corpus, windows
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.own import load_parent, load_w8a8
+from ..engines.own import load_parent_engine, load_w8a8
 from ..errors import ProtocolError
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
-from ..resolve import stage_arms
-from ..stats import Interval, paired_bootstrap, perplexity
+from ..planning.resolve import stage_arms
+from ..analysis.bootstrap import Interval, paired_bootstrap, perplexity
 from ..runtime.runner import log, stage_main
 
 REFERENCE = "own"
@@ -176,7 +176,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     ckpts = {name: checkpoint_dir(gate, name) for name in MODELS if name != "parent"}
     corpus = load_corpus(cfg, analysis)
 
-    engine = load_parent(cfg, device)
+    engine = load_parent_engine(cfg, device)
     cut = windows(encode(engine.tokenizer, corpus.text), int(profile["window_tokens"]), int(profile["windows"]),
                   source=f"corpus {corpus.name}")
     nll: dict[str, np.ndarray] = {}

@@ -17,11 +17,11 @@ import pandas as pd
 import torch
 
 from ..arith import F32_EXACT_BOUND, INT32_PRODUCT_BOUND
-from ..bitwise_prediction import POW2_SETTING, PREDICTION_KEY, PREDICTION_SCHEMA, predict_layer
-from ..capture_index import index_inputs, iter_index_operands, read_index
+from ..analysis.bitwise_prediction import POW2_SETTING, PREDICTION_KEY, PREDICTION_SCHEMA, predict_layer
+from ..kernels.capture_index import index_inputs, iter_index_operands, read_index
 from ..config import Config
 from ..progress import Progress
-from ..resolve import stage_device
+from ..planning.resolve import stage_device
 from ..errors import InputError, ProtocolError
 from ..protocol import load
 from ..provenance.manifest import write_manifest

@@ -18,15 +18,15 @@ import pandas as pd
 import pyarrow as pa
 
 from ..config import Config
-from ..corpus import prompt_digest, prompts
+from ..inputs.corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import load_w8a8
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
-from ..resolve import stage_arms
+from ..planning.resolve import stage_arms
 from ..tokens.margin import cluster_bootstrap_rate
-from ..tokens.prefill_decode import attribute, decode, first_differing, positions, prefill
+from ..engines.prefill_decode import attribute, decode, first_differing, positions, prefill
 from ..runtime.runner import log, stage_main
 
 SUMMARY_SCHEMA = pa.schema([

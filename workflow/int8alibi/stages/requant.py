@@ -53,7 +53,7 @@ from ..quant.gate import (CHECKPOINTS_DIR, GATE_KEY, GATE_PASSED, GATE_PASSED_TO
                           GATE_TABLE, REFERENCE_CHECKPOINT_DIR)
 from ..quant.variants import CHECKPOINT_VARIANTS
 from ..quant.weight import QuantizedWeight
-from ..resolve import stage_device
+from ..planning.resolve import stage_device
 from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.requant")

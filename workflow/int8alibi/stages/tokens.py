@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..corpus import encode, load_corpus, windows
+from ..inputs.corpus import encode, load_corpus, windows
 from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import load_w8a8
 from ..errors import InputError, ProtocolError
@@ -33,8 +33,8 @@ from ..progress import Progress
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
-from ..resolve import stage_arms
-from ..scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, outcome
+from ..planning.resolve import stage_arms
+from ..analysis.scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, outcome
 from ..tokens.check7 import Check7Result, Check7Rule, evaluate, not_applicable
 from ..tokens.inject import Cell, InjectionArm, cells
 from ..tokens.margin import (average_precision, calibrate, calibrate_isotonic, cluster_bootstrap_auc,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..stats import QUANTILE_METHOD, resample_indices
+from ..analysis.bootstrap import QUANTILE_METHOD, resample_indices
 
 _CHUNK = 256  # bootstrap resamples evaluated per step (memory ~ chunk x distinct margins)
 
@@ -89,7 +89,7 @@ def cluster_bootstrap_auc(margin: np.ndarray, flip: np.ndarray, cluster: np.ndar
     """AUC with a percentile interval over resamples of whole clusters (windows), with replacement.
 
     Cluster ids are relabelled 0..C-1 in ascending order and resampled with the project's pinned
-    stream (``stats.resample_indices``), so a window drawn twice counts twice. Each resample's
+    stream (``bootstrap.resample_indices``), so a window drawn twice counts twice. Each resample's
     AUC is computed from per-cluster counts at each distinct margin, never position by position.
     """
     m, f, c = _checked(margin, flip, cluster)
@@ -231,7 +231,7 @@ def cluster_bootstrap_rate(events: np.ndarray, totals: np.ndarray, *, seed: int,
     """Percentile interval of a rate ``sum(events) / sum(totals)`` over resamples of whole clusters.
 
     ``events``/``totals`` are per cluster (window), every total positive; the resampling stream
-    is the project's pinned one (``stats.resample_indices``).
+    is the project's pinned one (``bootstrap.resample_indices``).
     """
     e = np.asarray(events, dtype=np.float64).reshape(-1)
     t = np.asarray(totals, dtype=np.float64).reshape(-1)

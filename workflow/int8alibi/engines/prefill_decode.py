@@ -1,0 +1,117 @@
+"""Prefill versus decode on one arm: the same sequence's logits from the KV-cache loop and from one pass.
+
+Greedy decoding computes the logits of generated position i from a forward over one new token
+(position 0: over the whole prompt) with the earlier positions' keys and values taken from the
+cache; replaying the finished sequence as one prefill computes every position in one pass of M = T
+rows. Mathematically the same function, the two can still differ wherever a reduction's order
+depends on the shape (a GEMM with M = 1 versus M = T, attention over a cache versus a masked
+square). Per generated position the comparison records whether the bf16 logits differ at all and
+whether their top-1 token differs (a flip; argmax with ties to the lowest id, ``tokens.replay``).
+
+The first position whose logits differ bitwise is then attributed: both passes are run again with
+every intermediate traced at that position (``model.trace``), and the first one in execution order
+whose bits differ is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..arith.bits import bits_equal
+from .own import greedy_steps
+from ..errors import InputError
+from ..model.trace import Event, first_difference, traced
+from ..tokens.replay import Positions, compare
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first traced intermediate that differs, at the first position whose logits differ."""
+
+    position: int
+    index: int
+    module: str
+    kind: str
+    events: int
+
+
+@torch.inference_mode()
+def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at: int | None = None,
+           device: torch.device = torch.device("cpu")) -> tuple[list[int], torch.Tensor, list[Event]]:
+    """Greedy KV-cache decoding as the own engine does it: ``(tokens, bf16 logits [new_tokens, V],
+    trace)``, the trace (``model.trace``) of the step that computes position ``trace_at`` if asked."""
+    if new_tokens < 1 or not prompt:
+        raise InputError(f"decode: needs a non-empty prompt and new_tokens >= 1, got {len(prompt)} and {new_tokens}")
+    steps = greedy_steps(model, torch.tensor([list(prompt)], dtype=torch.int64, device=device))
+    tokens: list[int] = []
+    rows: list[torch.Tensor] = []
+    events: list[Event] = []
+    for i in range(new_tokens):
+        if i == trace_at:  # the step's newest row: the prompt's last at step 0, the one fed token after
+            with traced(model, row=len(prompt) - 1 if i == 0 else 0, position=len(prompt) - 1 + i) as events:
+                logits, nxt = next(steps)
+        else:
+            logits, nxt = next(steps)
+        rows.append(logits.clone())
+        tokens.append(int(nxt))
+    return tokens, torch.stack(rows), events
+
+
+@torch.inference_mode()
+def prefill(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], *, trace_at: int | None = None,
+            device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, list[Event]]:
+    """The sequence ``prompt + tokens[:-1]`` in one forward without cache: the bf16 logits of every
+    generated position ``[len(tokens), V]``, and the trace at position ``trace_at`` if asked."""
+    if not tokens or not prompt:
+        raise InputError(f"prefill: needs a non-empty prompt and tokens, got {len(prompt)} and {len(tokens)}")
+    seq = torch.tensor([list(prompt) + list(tokens[:-1])], dtype=torch.int64, device=device)
+    start = len(prompt) - 1
+    events: list[Event] = []
+    if trace_at is None:
+        out = model(input_ids=seq, use_cache=False)
+    else:
+        with traced(model, row=start + trace_at, position=start + trace_at) as events:
+            out = model(input_ids=seq, use_cache=False)
+    return out.logits[0, start:].clone(), events
+
+
+def positions(decoded: torch.Tensor, prefilled: torch.Tensor) -> Positions:
+    """Per generated position: prefill against decode (the reference), top-1 and bitwise."""
+    return compare(decoded, prefilled)
+
+
+def first_differing(differ: np.ndarray) -> int | None:
+    """The first position whose logits differ bitwise, or None."""
+    hits = np.flatnonzero(np.asarray(differ, dtype=bool))
+    return int(hits[0]) if hits.size else None
+
+
+def attribute(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], position: int, decoded: torch.Tensor,
+              prefilled: torch.Tensor, *, device: torch.device = torch.device("cpu"), where: str = "") -> Divergence:
+    """Trace decode and prefill at ``position`` and name the first intermediate whose bits differ.
+
+    Both traced passes must reproduce the untraced logits bit for bit (the trace only observes),
+    and their logits at ``position`` must differ; otherwise the attribution is refused.
+    """
+    again, _, dec = decode(model, prompt, position + 1, trace_at=position, device=device)
+    if again != list(tokens[: position + 1]) or not bits_equal(_head(dec, where), decoded[position]):
+        raise InputError(f"{where}: the traced decode did not reproduce the untraced one at position {position}")
+    _, pre = prefill(model, prompt, tokens, trace_at=position, device=device)
+    if not bits_equal(_head(pre, where), prefilled[position]):
+        raise InputError(f"{where}: the traced prefill did not reproduce the untraced one at position {position}")
+    index = first_difference(dec, pre, where)
+    if index is None:
+        raise InputError(f"{where}: logits differ at position {position} but no traced intermediate does")
+    return Divergence(position, index, dec[index].name, dec[index].kind, len(dec))
+
+
+def _head(events: list[Event], where: str) -> torch.Tensor:
+    heads = [e.value for e in events if e.kind == "head"]
+    if len(heads) != 1:
+        raise InputError(f"{where}: the trace holds {len(heads)} head outputs, expected one")
+    return heads[0]

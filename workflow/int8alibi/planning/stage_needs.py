@@ -1,0 +1,88 @@
+"""What each stage reads besides its input files, in one table both sides use.
+
+The rules digest exactly a stage's ``config`` keys and ``sources`` (so changing a key reruns the
+stages that read it and no other) and take its ``threads``; the stage runner (``int8alibi.stages``)
+lets the stage read only those keys (``int8alibi.config.ReadScope``: reading another one stops the
+stage, naming the key and this table) and pins torch to one intra-op thread where ``forward`` says.
+Planning reads this module on every invocation, dry runs included: it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..portable import FORWARD_THREADS
+
+# Keys any stage may read without its rule digesting them, each with why no output byte depends on
+# it: a change can only make a stage fail or succeed, or move its outputs to another path (which
+# Snakemake sees as other files).
+UNDIGESTED_KEYS: dict[str, str] = {
+    "user_arm_time_limit_s": "a time limit on a user arm's call: the call gives the same bytes or stops the stage",
+    "results": "where the stage folders lie: another value is another set of output paths",
+    "results_root": "where the stage folders lie: another value is another set of output paths",
+}
+# Source-file roles (``int8alibi.planning.rerun.source_files``).
+SOURCE_ROLES = ("parent", "checkpoint", "corpus")
+
+
+@dataclass(frozen=True)
+class StageNeeds:
+    """One stage: the top-level config keys it reads, the source-file roles it reads, its threads."""
+
+    config: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    forward: bool = False
+    cpu_threads: int = 2
+
+    @property
+    def threads(self) -> int:
+        """The rule's ``threads:`` (a ceiling Snakemake caps to --cores). A forward stage runs torch on
+        ``portable.FORWARD_THREADS`` intra-op threads for portable bytes; Snakemake runs such jobs side by side."""
+        return FORWARD_THREADS if self.forward else self.cpu_threads
+
+
+_MODEL_RUN = ("model", "size_profile", "device", "arms", "exploratory")
+
+STAGES: dict[str, StageNeeds] = {
+    "protocol": StageNeeds(("exploratory",), cpu_threads=1),
+    "model": StageNeeds(("model",), sources=("parent",)),
+    "reference": StageNeeds(),
+    "requant": StageNeeds(("model", "device"), sources=("checkpoint",)),
+    "capture": StageNeeds(("model", "size_profile", "corpus", "device", "arms"), sources=("corpus",), forward=True),
+    "prediction": StageNeeds(("device",)),
+    "compare": StageNeeds(("arms", "device", "exploratory")),
+    "faults": StageNeeds(("device", "exploratory")),
+    "generate": StageNeeds(("model", "size_profile", "device"), forward=True),
+    "determinism": StageNeeds(("arms", "device", "exploratory"), cpu_threads=1),
+    "prefill_decode": StageNeeds(_MODEL_RUN, forward=True),
+    "perplexity": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
+    "tokens": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
+    "ksweep": StageNeeds(),
+    "report": StageNeeds(("model", "size_profile", "corpus", "arms", "device"), cpu_threads=1),
+    "crossmodel": StageNeeds(cpu_threads=1),
+}
+
+
+def needs(stage: str) -> StageNeeds:
+    """The table's entry for ``stage``; a name it does not hold is a KeyError naming the table."""
+    try:
+        return STAGES[stage]
+    except KeyError:
+        raise KeyError(f"stage {stage!r} is not in int8alibi.planning.stage_needs.STAGES") from None
+
+
+# The line a stage's log ends with (``int8alibi.stages.log_reads``).
+READS_LINE = "%s: config keys read: %s; declared, not read in this run: %s"
+_READS = re.compile(r"(\w+): config keys read: ([^;\n]*); declared, not read in this run: ")
+
+
+def never_read(logs: Iterable[str]) -> dict[str, list[str]]:
+    """``{stage: declared keys}`` that no job of the stage read, over the logs of a run's jobs; a stage
+    with no log in them is left out (it did not run)."""
+    read: dict[str, set[str]] = {}
+    for text in logs:
+        for stage, keys in _READS.findall(text):
+            read.setdefault(stage, set()).update(k for k in keys.split(", ") if k != "none")
+    return {stage: sorted(set(STAGES[stage].config) - keys) for stage, keys in read.items() if stage in STAGES}

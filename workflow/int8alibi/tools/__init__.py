@@ -1,0 +1,1 @@
+"""Commands that are not stages: int8alibi conform and int8alibi bench."""

@@ -1,0 +1,218 @@
+"""``int8alibi conform``: run checks 1-6 between any two kernel arms and say what they certify.
+
+Each layer runs through both arms twice: under its real scales and with every scale snapped to
+its nearest power of two. Each arm gets its own copy of the operands; check 1 compares the
+copies the arms held after their calls (so a kernel that writes into its inputs is caught).
+Applicability is reported separately from the verdict: a check that does not apply certifies
+nothing, and the summary says so instead of counting it as a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from ..arith import exact_accumulator
+from ..faults.checks import OperandSet, Thresholds, evaluate_arms
+from ..device import resolve_device
+from ..errors import InputError, Int8AlibiError
+from ..faults.pipeline import REGIMES, as_scales, regime_scales
+from ..faults.sources import LayerSelection, OperandSource
+from ..kernels import registry
+from ..kernels.base import Arm
+from ..kernels.layer_operands import QWEN3_SHAPES, Operands, synthetic_layers
+from ..progress import Progress
+from ..protocol import load
+from ..provenance.manifest import write_manifest
+from ..provenance.parquet import write_table
+
+LAYER_CHECKS = (1, 2, 3, 4, 5, 6)  # check 7 needs logits: never at layer level
+
+# What a silent applicable check certifies, and what no verdict of it can certify.
+CERTIFIES = {
+    1: "both arms were handed, and kept, bit-identical a_q, w_q, s_a, s_w",
+    2: "the reduction depth cannot overflow int32 (16256*K < 2^31)",
+    3: "every exact accumulator converts to float32 without rounding (max |acc| <= 2^24)",
+    4: "each arm's int32 accumulator is the exact integer product of arm A's operands",
+    5: "bit-identical outputs under power-of-two scales, where a correct epilogue has no freedom left",
+    6: "under real scales the outputs are within the pinned ulp tolerance and agree on non-finite positions",
+}
+CANNOT = {
+    1: "that the operands are the right ones (correctly quantized, from the right layer): only that both arms "
+       "got the same",
+    2: "anything about the values computed; it bounds the depth only",
+    3: "anything about either arm; it is a property of the operands",
+    4: "anything after the accumulator (the epilogue); not applicable when an arm hides its accumulator",
+    5: "behaviour under real scales, and a defect that only appears with non-power-of-two scales",
+    6: "an epilogue defect that stays within the tolerance (scale precision, double rounding, truncation, "
+       "fused order all do): a real defect passes",
+}
+
+CONFORM_SCHEMA = pa.schema([
+    pa.field("layer", pa.string(), nullable=False),
+    pa.field("regime", pa.string(), nullable=False),
+    pa.field("check", pa.int32(), nullable=False),
+    pa.field("applicable", pa.bool_(), nullable=False),
+    pa.field("fired", pa.bool_(), nullable=True),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("differing", pa.int64(), nullable=False),
+    pa.field("max_ulp", pa.int64(), nullable=True),
+    pa.field("nonfinite", pa.int64(), nullable=False),
+])
+CONFORM_KEY = ["layer", "regime", "check"]
+
+
+def _run_arm(arm: Arm, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
+             device: torch.device) -> tuple[OperandSet, torch.Tensor | None, torch.Tensor]:
+    """Hand ``arm`` its own copy of the operands; return (what it held afterwards, accumulator, output)."""
+    mine = [t.to(device).clone() for t in (a_q, w_q, s_a, s_w)]
+    y = arm.scaled_mm(*mine)
+    acc = arm.accumulator(mine[0], mine[1])
+    return OperandSet(mine[0], mine[1], mine[2], mine[3]), acc, y
+
+
+def conform_layer(op: Operands, arm_a: Arm, arm_b: Arm, th: Thresholds, device: torch.device) -> list[dict[str, Any]]:
+    """Checks 1-6 between the two arms on one layer, in both scale regimes: one row per regime x check."""
+    name = f"layer {op.layer!r}"
+    s_a = as_scales(op.s_a.to(device), op.m, f"{name} s_a")
+    s_w = as_scales(op.s_w.to(device), op.n, f"{name} s_w")
+    a_q, w_q = op.a_q.to(device), op.w_q.to(device)
+    exact_a = exact_accumulator(a_q, w_q)
+    rows = []
+    for regime in REGIMES:
+        sa, sw = regime_scales(s_a, regime, f"{name} s_a"), regime_scales(s_w, regime, f"{name} s_w")
+        held_a, acc_a, y_a = _run_arm(arm_a, a_q, w_q, sa, sw, device)
+        held_b, acc_b, y_b = _run_arm(arm_b, a_q, w_q, sa, sw, device)
+        # Check 3 looks at the exact accumulators of both arms' operands; B's differ only if B's int8 tensors do.
+        same_int8 = torch.equal(held_b.a_q, a_q) and torch.equal(held_b.w_q, w_q)
+        exact_b = exact_a if same_int8 else exact_accumulator(held_b.a_q, held_b.w_q)
+        absmax = max(int(exact_a.abs().max().item()), int(exact_b.abs().max().item()))
+        ev, results = evaluate_arms(held_a, held_b, absmax, (acc_a, acc_b), exact_a, y_a, y_b, th)
+        out = ev.outputs
+        for result in results:
+            if result.check not in LAYER_CHECKS:
+                continue
+            rows.append({
+                "layer": op.layer, "regime": regime, "check": result.check, "applicable": result.applicable,
+                "fired": result.fired, "reason": result.reason, "m": op.m, "k": op.k, "n": op.n,
+                "differing": out.differing, "max_ulp": out.max_finite_ulp, "nonfinite": out.nonfinite,
+            })
+    return rows
+
+
+def summarize(table: pd.DataFrame) -> list[str]:
+    """Per regime x check: over how many layers it applied, how often it fired, and what that means."""
+    lines = []
+    for regime in REGIMES:
+        scales = "checkpoint scales" if regime == "own" else "every scale snapped to 2^round(log2 s)"
+        lines.append(f"regime {regime} ({scales}):")
+        part = table[table["regime"] == regime]
+        for check in LAYER_CHECKS:
+            rows = part[part["check"] == check]
+            applied = rows[rows["applicable"]]
+            fired = int(applied["fired"].astype(bool).sum())
+            total = len(rows)
+            if applied.empty:
+                verdict = f"NOT APPLICABLE on all {total} layers ({rows['reason'].iloc[0]}): certifies nothing here"
+            elif fired:
+                verdict = f"FIRED on {fired} of {len(applied)} layers where applicable"
+            else:
+                verdict = f"silent on all {len(applied)} layers where applicable: certifies {CERTIFIES[check]}"
+            if 0 < len(applied) < total:
+                verdict += f"; not applicable on {total - len(applied)}"
+            lines.append(f"  check {check}: {verdict}")
+            lines.append(f"           cannot certify: {CANNOT[check]}")
+    return lines
+
+
+def _layers(args: argparse.Namespace) -> tuple[Iterator[Operands], dict[str, Path], str]:
+    selection = LayerSelection.parse(args.layers)
+    if args.operands is not None:
+        source = OperandSource.resolve(args.operands)
+        return selection.apply(source.layers()), source.inputs(), str(source.path)
+    if args.shapes not in QWEN3_SHAPES:
+        raise InputError(f"--shapes {args.shapes!r}: unknown (known: {', '.join(QWEN3_SHAPES)})")
+    ops = synthetic_layers(args.shapes, m=args.m, seed=args.seed)
+    return selection.apply(ops), {}, f"synthetic_layers({args.shapes!r}, m={args.m}, seed={args.seed})"
+
+
+def _arm(name: str, device: torch.device) -> Arm:
+    arm = registry.get(name, device)
+    ok, why = arm.available()
+    if not ok:
+        raise InputError(f"arm {name!r} is not available on {device}: {why}")
+    return arm
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="int8alibi conform", description=__doc__.splitlines()[0])
+    p.add_argument("--arm-a", required=True, help="registry name or module:function")
+    p.add_argument("--arm-b", required=True, help="registry name or module:function")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--operands", type=Path, help="capture index, its directory, or operand safetensors")
+    src.add_argument("--shapes", help="synthetic operands of a model's shapes (e.g. qwen3-1.7b)")
+    p.add_argument("--m", type=int, default=512, help="tokens per synthetic layer (with --shapes)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic operands (with --shapes)")
+    p.add_argument("--layers", type=int, default=None, help="run the first N layers only")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--protocol", type=Path, default=Path("preregistration"), help="protocol directory (thresholds)")
+    p.add_argument("--out", required=True, type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the checks, print what they certify, write conform.parquet + manifest.
+
+    Exit 0 when no applicable check fired, 1 when one did, 2 when the run itself failed (bad
+    input, unavailable arm), so a caller can tell a finding from an error.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        return _conform(args)
+    except Int8AlibiError as exc:
+        print(f"int8alibi conform: {exc}", file=sys.stderr)
+        return 2
+
+
+def _conform(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
+    th = Thresholds.from_protocol(load(args.protocol).thresholds)
+    arm_a, arm_b = _arm(args.arm_a, device), _arm(args.arm_b, device)
+    layers, inputs, source = _layers(args)
+    rows: list[dict[str, Any]] = []
+    for op in Progress(layers, desc="conform", unit="layer", total=args.layers):
+        rows.extend(conform_layer(op, arm_a, arm_b, th, device))
+    if not rows:
+        raise InputError("conform: no layers to check")
+    table = pd.DataFrame.from_records(rows)
+    table["max_ulp"] = pd.Series([None if pd.isna(v) else int(v) for v in table["max_ulp"]], dtype=object)
+    table["fired"] = pd.Series([None if v is None else bool(v) for v in table["fired"]], dtype=object)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = write_table(table, args.out / "conform.parquet", CONFORM_SCHEMA, CONFORM_KEY)
+    print(f"conform: arm A = {arm_a.name}, arm B = {arm_b.name}, {table['layer'].nunique()} layers of {source}")
+    for line in summarize(table):
+        print(line)
+    fired = bool(table["fired"].fillna(False).astype(bool).any())
+    write_manifest(
+        args.out, stage="conform", outputs={"conform": path}, inputs=inputs,
+        params={"arm_a": args.arm_a, "arm_b": args.arm_b, "source": source, "layers": args.layers,
+                "device": str(device), "ulp_tolerance": th.ulp_tolerance},
+        arms=[arm_a.evidence(), arm_b.evidence()], protocol_root=args.protocol,
+        extra={"any_fired": fired, "layers": int(table["layer"].nunique())}, device=device,
+    )
+    print("conform: some applicable check FIRED" if fired else "conform: no applicable check fired")
+    return 1 if fired else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
