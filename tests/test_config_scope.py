@@ -31,6 +31,7 @@ def scoped(*allowed: str, free: tuple[str, ...] = ()) -> tuple[Config, ReadScope
 def test_each_accessor_counts_as_reading_what_its_value_depends_on() -> None:
     cfg, scope = scoped("device")
     assert cfg.resolved_device == "cpu"  # reads the resolved block, yet counts only as device
+    assert cfg.device_origin == ("h", "d")  # where the device came from: device only, as well
     assert scope.read == {"device"} and not scope.undeclared
     cfg, scope = scoped("arms")
     assert cfg.resolved_arms == ["exact-cutlass-order", "exact-triton-order"]

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from int8alibi.planning import resolve
-from int8alibi.config import load_config, validate, write_run_config
+from int8alibi.config import Config, ReadScope, load_config, validate, write_run_config
 from int8alibi.errors import InputError
 from int8alibi.kernels import registry
 
@@ -109,6 +109,22 @@ def test_a_cuda_run_on_a_host_without_one_names_the_arms(tmp_path: Path, arms: d
         resolve.stage_device(cfg, PAIR[:1])
     with pytest.raises(InputError, match=r"^device cuda \(named by the config\)"):
         resolve.stage_device(cfg)
+
+
+def test_a_stage_that_reads_only_the_device_is_refused_naming_where_the_device_was_resolved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """requant reads device, not arms: its refusal on a host without CUDA says where the run's device was
+    resolved, and reads no key its rule does not digest (the scope would turn the refusal into another)."""
+    data = {"device": "auto", "arms": "auto",
+            "resolved": {"spec": {"device": "auto", "arms": "auto"}, "device": "cuda", "arms": list(PAIR),
+                         "reason": {"device": "a CUDA device was visible", "arms": "best pair"}, "host": "gpu-7"}}
+    scope = ReadScope("requant", ("device",), ())
+    cfg = Config(data, Path("run.yaml")).scoped(scope)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(InputError, match=r"^device cuda \(resolved on host gpu-7: a CUDA device was visible\) "
+                                         r"cannot run on host "):
+        resolve.stage_device(cfg)
+    assert scope.read == {"device"} and not scope.undeclared
 
 
 def test_a_plan_is_reused_only_for_the_same_device_and_arms(tmp_path: Path, arms: dict[str, StandIn]) -> None:

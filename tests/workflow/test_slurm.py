@@ -222,9 +222,9 @@ def test_verify_passes_on_the_cluster_run(cluster_run) -> None:
 
 
 def test_a_gpu_job_is_submitted_with_the_plugins_gpu_request(tmp_path: Path, cluster, cluster_run) -> None:
-    """A CUDA run's capture job: the plugin sends --gpus=1 (no --gres in slurm_extra, which it would
-    refuse), the scheduler places it on `gpu`, and on this GPU-less node the stage stops, naming the arm
-    and the host (nothing is substituted)."""
+    """A CUDA run's first GPU job (requant: it computes on the run's device, so naming the device reruns it):
+    the plugin sends --gpus=1 (no --gres in slurm_extra, which it would refuse), the scheduler places it on
+    `gpu`, and on this GPU-less node the stage stops, naming the device and the host (nothing is substituted)."""
     repo = tmp_path / "project"
     shutil.copytree(cluster_run[0], repo, symlinks=True)
     result = _run(repo, [str(SNAKEMAKE), "results/capture/index.parquet", "--profile", "profiles/slurm",
@@ -232,13 +232,13 @@ def test_a_gpu_job_is_submitted_with_the_plugins_gpu_request(tmp_path: Path, clu
                          "arms=[cublaslt,triton]"], 600, cluster=cluster)
     assert result.returncode != 0, result.stdout[-4000:]
     jobs, submitted = _jobs(result.stdout)
-    capture = [j for j, (rule, _) in jobs.items() if rule == "capture"]
-    assert capture and capture[0] in submitted, result.stdout[-4000:]
-    slurm_id = submitted[capture[0]]
+    requant = [j for j, (rule, _) in jobs.items() if rule == "requant"]
+    assert requant and requant[0] in submitted, result.stdout[-4000:]
+    slurm_id = submitted[requant[0]]
     shown = subprocess.run(["scontrol", "show", "job", slurm_id], capture_output=True, text=True, timeout=30,
                            env=cluster.env()).stdout
     assert "Partition=gpu" in shown and re.search(r"TresPerJob=\S*gpu[:=]1", shown), shown
     record = {r["JobId"]: r for r in cluster.jobcomp_records()}[slurm_id]
     assert record["Partition"] == "gpu" and record["JobState"] == "FAILED", record
-    stage_log = (repo / "logs" / "capture.log").read_text()
-    assert "cublaslt" in stage_log and cluster.node in stage_log, stage_log[-3000:]
+    stage_log = (repo / "logs" / "requant.log").read_text()
+    assert "device cuda" in stage_log and cluster.node in stage_log, stage_log[-3000:]

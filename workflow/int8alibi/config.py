@@ -139,6 +139,14 @@ class Config:
         return str(self.data["device"])
 
     @property
+    def device_origin(self) -> tuple[str, str] | None:
+        """``(host, reason)`` the run's device was resolved with, or None for a user config; reads ``device`` only
+        (a stage that reads no arms can still say where its device came from)."""
+        self._note("device")
+        block = self._resolution()
+        return None if block is None else (str(block["host"]), str(block["reason"]["device"]))
+
+    @property
     def resolved_engine(self) -> str:
         """``own`` or ``vllm``: the determinism stage's engine as resolved when the run was planned."""
         block = self.resolution

@@ -147,10 +147,10 @@ def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -
 
 
 def _origin(cfg: Config) -> str:
-    block = cfg.resolution
-    if block is None:
+    origin = cfg.device_origin
+    if origin is None:
         return "named by the config"
-    return f"resolved on host {block['host']}: {block['reason']['device']}"
+    return f"resolved on host {origin[0]}: {origin[1]}"
 
 
 def stage_device(cfg: Config, arms: Sequence[str] = ()) -> torch.device:
