@@ -465,7 +465,7 @@ def test_steering_the_cpu_moves_no_byte_of_any_model_stage(tiny: tuple[Path, Pat
         seen[repr(variant)] = _digests(out)
     reference = next(iter(seen.values()))
     for table in ("capture/index.parquet", "prediction/predictions.parquet", "compare/layers.parquet",
-                  "faults/cells.parquet", "generate/run1.parquet",
+                  "faults/cells.parquet", "generate/tokens.parquet",
                   "perplexity/windows.parquet", "tokens/positions.parquet", "tokens/check7.parquet",
                   "prefill_decode/prefill_decode.parquet", "prefill_decode/first_divergence.parquet"):
         assert table in reference

@@ -36,7 +36,7 @@ def test_without_vllm_the_study_is_refused_at_planning(tmp_path: Path, monkeypat
 
 def test_one_vllm_log_per_arm_is_copied_for_the_fixtures(tmp_path: Path) -> None:
     for arm in vllm_study.ARMS:
-        log = tmp_path / "r" / "determinism" / "runs" / arm / "own" / "run1.vllm" / f"{arm}.vllm.log"
+        log = tmp_path / "r" / "determinism" / "runs" / arm / "own" / "run1" / "vllm" / f"{arm}.vllm.log"
         log.parent.mkdir(parents=True)
         log.write_text(f"log of {arm}\n")
     copied = vllm_study.copy_logs(tmp_path / "r", tmp_path / "fixtures")

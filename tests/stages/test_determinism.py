@@ -24,7 +24,7 @@ from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.stages.determinism import agreement, read_artifact, run as determinism
-from int8alibi.engines.generation import TOKENS_SCHEMA, artifact_paths, ids_text, parse_ids, sequence_sha256
+from int8alibi.engines.generation import TOKENS_SCHEMA, artifact_dir, artifact_paths, ids_text, parse_ids, sequence_sha256
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def base_identity(arm: str, checkpoint: str, run: int) -> Identity:
 
 
 def write_artifact(runs: Path, identity: Identity, seqs: list[list[int]]) -> None:
-    table, ident = artifact_paths(runs / identity.arm / identity.checkpoint, identity.run)
+    table, ident = artifact_paths(artifact_dir(runs, identity.arm, identity.checkpoint, identity.run))
     frame = pd.DataFrame({"prompt": range(len(seqs)), "prompt_tokens": [3] * len(seqs),
                           "n_tokens": [len(s) for s in seqs], "sequence_sha256": [sequence_sha256(s) for s in seqs],
                           "token_ids": [ids_text(s) for s in seqs]})
@@ -108,7 +108,7 @@ def test_a_tampered_identity_stops_the_stage_unless_explicitly_allowed(tmp_path:
     monkeypatch.chdir(ROOT)
     runs, out = tmp_path / "runs", tmp_path / "determinism"
     fill(runs)
-    path = artifact_paths(runs / ARMS[1] / "own", 2)[1]
+    path = artifact_paths(artifact_dir(runs, ARMS[1], "own", 2))[1]
     write_identity(path, dataclasses.replace(read_identity(path), tokenizer_digest="x" * 64))
     out.mkdir()
     with pytest.raises(InputError) as err:
@@ -132,7 +132,7 @@ def test_an_artifact_filed_under_the_wrong_arm_is_refused(tmp_path: Path, monkey
     monkeypatch.chdir(ROOT)
     runs = tmp_path / "runs"
     fill(runs)
-    path = artifact_paths(runs / ARMS[0] / "own", 1)[1]
+    path = artifact_paths(artifact_dir(runs, ARMS[0], "own", 1))[1]
     path.write_text(json.dumps({**json.loads(path.read_text()), "arm": ARMS[1]}))
     with pytest.raises(InputError, match="identity says arm='exact-triton-order'"):
         determinism(config(tmp_path), tmp_path, runs)
@@ -147,7 +147,7 @@ def test_token_ids_that_do_not_match_their_digest_or_format_are_refused(tmp_path
     monkeypatch.chdir(ROOT)
     runs = tmp_path / "runs"
     fill(runs)
-    table = artifact_paths(runs / ARMS[0] / "pow2-nearest", 2)[0]
+    table = artifact_paths(artifact_dir(runs, ARMS[0], "pow2-nearest", 2))[0]
     frame = read_table(table)
     frame.loc[0, "token_ids"] = "5 6 7 9"
     write_table(frame, table, TOKENS_SCHEMA, sort_by=["prompt"])
@@ -210,8 +210,8 @@ def test_tiny_model_pow2_checkpoints_agree_across_arms_and_each_arm_repeats_itse
     assert set(gens["n_tokens"]) == {4} and len(gens) == 2 * 4 * 2
     assert summary["probe"] == "1/1"  # the probe's scales are powers of two too
     for arm in ARMS:  # the identity contract was really written by two different runs
-        one = read_identity(artifact_paths(out / "runs" / arm / "own", 1)[1])
-        two = read_identity(artifact_paths(out / "runs" / arm / "own", 2)[1])
+        one = read_identity(artifact_paths(artifact_dir(out / "runs", arm, "own", 1))[1])
+        two = read_identity(artifact_paths(artifact_dir(out / "runs", arm, "own", 2))[1])
         assert (one.run, two.run) == (1, 2) and one.kernel_evidence == two.kernel_evidence
         assert one.kernel_evidence["is_emulation"] is True
 

@@ -4,8 +4,8 @@ rule generate:
         gate=rules.requant.output.gate,
         protocol=protocol_files("determinism"),
     output:
-        tokens=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet"),
-        identity=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.identity.json"),
+        tokens=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/tokens.parquet"),
+        identity=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/identity.json"),
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
@@ -27,7 +27,7 @@ rule generate:
     shell:
         stage_cmd(
             "generate",
-            f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}",
+            f"{RESULTS}/determinism/runs/{{wildcards.arm}}/{{wildcards.checkpoint}}/run{{wildcards.run}}",
             "--input gate={input.gate} --param arm={wildcards.arm}"
             " --param checkpoint={wildcards.checkpoint} --param run={wildcards.run}"
             " --param engine={params.engine}",
@@ -39,7 +39,7 @@ rule determinism:
     """Agreement across arms and runs, joined under the identity contract (fails closed)."""
     input:
         runs=expand(
-            f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}.parquet",
+            f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/tokens.parquet",
             arm=KERNEL_ARMS,
             checkpoint=CHECKPOINT_VARIANTS,
             run=[1, 2],

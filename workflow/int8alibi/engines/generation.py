@@ -1,8 +1,8 @@
 """A generation artifact: the token table one greedy run writes, beside its identity contract.
 
-The generate stage writes ``run<k>.parquet`` (``TOKENS_SCHEMA``) and ``run<k>.identity.json``
-(``engines.identity``) per arm × checkpoint × run; determinism and the report read them back
-through ``artifact_paths`` and ``parse_ids``, and ``sequence_sha256`` lets either side check a
+The generate stage writes ``tokens.parquet`` (``TOKENS_SCHEMA``) and ``identity.json``
+(``engines.identity``) into ``runs/<arm>/<checkpoint>/run<k>/``, one folder per arm × checkpoint ×
+run; determinism and the report read them back through ``artifact_dir``, ``artifact_paths`` and ``parse_ids``, and ``sequence_sha256`` lets either side check a
 sequence against its recorded digest.
 """
 
@@ -51,6 +51,13 @@ def sequence_sha256(token_ids: list[int]) -> str:
     return sha256_bytes(np.asarray(token_ids, dtype="<i4").tobytes())
 
 
-def artifact_paths(out_dir: Path, run: int) -> tuple[Path, Path]:
-    """``run<k>.parquet`` and ``run<k>.identity.json`` in the arm/checkpoint folder."""
-    return out_dir / f"run{run}.parquet", out_dir / f"run{run}.identity.json"
+def artifact_dir(runs: Path, arm: str, checkpoint: str, run: int) -> Path:
+    """``runs/<arm>/<checkpoint>/run<k>``: a folder per generate job, because a stage's ``--out`` is a
+    locked transaction (``provenance.transaction``): two runs sharing one would take turns, and each
+    would hide the other's finished files while it ran."""
+    return runs / arm / checkpoint / f"run{run}"
+
+
+def artifact_paths(run_dir: Path) -> tuple[Path, Path]:
+    """``tokens.parquet`` and ``identity.json`` in one generate job's folder (``artifact_dir``)."""
+    return run_dir / "tokens.parquet", run_dir / "identity.json"

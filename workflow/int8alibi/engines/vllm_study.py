@@ -29,9 +29,9 @@ from ..config import RESOLVED, earlier_plan, expand_env, run_config_path, valida
 from ..errors import Int8AlibiError
 from .. import strict_yaml
 from ..quant.variants import CHECKPOINT_VARIANTS
+from .generation import RUNS, artifact_dir, artifact_paths
 from .vllm_engine import ARM_KERNELS
 
-RUNS = (1, 2)
 ARMS = list(ARM_KERNELS)
 
 
@@ -67,9 +67,9 @@ def _stage(name: str, run_config: Path, out: Path, extra: Sequence[str], log: Pa
 
 
 def _generate_folder(run_config: Path, results: Path, logs: Path, arm: str, checkpoint: str) -> None:
-    out = results / "determinism" / "runs" / arm / checkpoint
-    for k in RUNS:  # one folder, one process at a time (the stage locks its folder)
-        if (out / f"run{k}.identity.json").is_file():
+    for k in RUNS:  # one after the other: the second run is a second cold start on the same arm
+        out = artifact_dir(results / "determinism" / "runs", arm, checkpoint, k)
+        if artifact_paths(out)[1].is_file():
             continue
         _stage("generate", run_config, out,
                ["--input", f"gate={results / 'requant' / 'gate.parquet'}", "--param", f"arm={arm}",
@@ -105,7 +105,7 @@ def report(results: Path) -> dict[str, Any]:
     for arm in ARMS:
         for c in CHECKPOINT_VARIANTS:
             for k in RUNS:
-                ident = json.loads((results / "determinism" / "runs" / arm / c / f"run{k}.identity.json").read_text())
+                ident = json.loads(artifact_paths(artifact_dir(results / "determinism" / "runs", arm, c, k))[1].read_text())
                 kernels[f"{arm}/{c}/run{k}"] = ident["kernel_evidence"].get("selected")
     return {"agreement": counts, "identity": summary["identity"], "self_consistent": summary["self_consistent"],
             "kernels": kernels}
@@ -116,7 +116,7 @@ def copy_logs(results: Path, target: Path) -> list[Path]:
     target.mkdir(parents=True, exist_ok=True)
     copied = []
     for arm in ARMS:
-        log = results / "determinism" / "runs" / arm / "own" / "run1.vllm" / f"{arm}.vllm.log"
+        log = artifact_dir(results / "determinism" / "runs", arm, "own", 1) / "vllm" / f"{arm}.vllm.log"
         if log.is_file():
             copied.append(Path(shutil.copyfile(log, target / f"{arm}.vllm.log")))
     return copied

@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 
 from ..config import Config
-from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, parse_ids, sequence_sha256
+from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_dir, artifact_paths, parse_ids, sequence_sha256
 from ..engines.identity import Identity, Mismatch, Treatment, engine_log, join, read_identity
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
@@ -75,7 +75,7 @@ def parse_flag(value: Any, name: str) -> bool:
 
 
 def read_artifact(runs: Path, arm: str, checkpoint: str, run: int) -> Artifact:
-    table_path, identity_path = artifact_paths(runs / arm / checkpoint, run)
+    table_path, identity_path = artifact_paths(artifact_dir(runs, arm, checkpoint, run))
     if not table_path.is_file():
         raise InputError(f"{table_path}: generate artifact missing (arm {arm}, checkpoint {checkpoint}, run {run})")
     identity = read_identity(identity_path)

@@ -99,7 +99,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
     if engine == "own":
         out = _own(cfg, ckpt, arm, device, protocol.analysis, profile)
     else:
-        out = _vllm(cfg, ckpt, arm, out_dir / f"run{k}.vllm", protocol.analysis, profile)
+        out = _vllm(cfg, ckpt, arm, out_dir / "vllm", protocol.analysis, profile)
     generation = {"prompts": len(out.prompt_ids), "new_tokens": int(profile["new_tokens"]), "decoding": "greedy",
                   "size_profile": cfg["size_profile"]}
     frame = pd.DataFrame({
@@ -125,7 +125,7 @@ def run(cfg: Config, out_dir: Path, gate: Path, arm: str, checkpoint: str, run: 
         cpu=portable.facts(),
         process=out.process,
     )
-    tokens_path, identity_path = artifact_paths(out_dir, k)
+    tokens_path, identity_path = artifact_paths(out_dir)
     write_table(frame, tokens_path, TOKENS_SCHEMA, sort_by=["prompt"])
     write_identity(identity_path, identity)
     log.info("generate: wrote %s and %s", tokens_path, identity_path)
