@@ -20,6 +20,7 @@ from int8alibi.config import Config, load_config
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.kernels.layer_operands import ModelShapes, Operands, synthetic_layers
 from int8alibi.protocol.amend import amend
+from int8alibi.protocol.pins import predictions_pin
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
 from int8alibi.analysis import bitwise_prediction, layer_comparison
@@ -140,6 +141,27 @@ def test_pinned_run_compares_every_layer_in_three_settings(project: Path, captur
         assert row.differing_elements == int(group.differing.sum())
         assert row.differing_per_million == pytest.approx(1e6 * group.differing.sum() / group.elements.sum())
         assert row.prediction_failed == 0 and row.prediction_held == int((group.prediction_held == "yes").sum())
+
+
+def test_each_results_folder_has_its_own_prediction_pin(project: Path, captured: tuple[Path, Path]) -> None:
+    """Pinning one run's predictions (the default folder's) does not pin another run's, and that run's
+    own pin, under predictions@<results>, leaves the first in force."""
+    assert predictions_pin("results") == "predictions"
+    assert predictions_pin("results/qwen3-8b") == "predictions@results/qwen3-8b"
+    index, predictions = captured
+    amend(project, "Pin the prediction list", "compare may read it only once pinned", ["compare"], "pre-data",
+          pins={"predictions": predictions})
+    with pytest.raises(ProtocolError) as err:
+        run_compare(project, index, predictions, results="results/qwen3-8b")
+    message = str(err.value)
+    assert "no amendment pins data 'predictions@results/qwen3-8b'" in message
+    assert "int8alibi amend --pin predictions@results/qwen3-8b=results/prediction/predictions.parquet" in message
+    amend(project, "Pin the 8B run's prediction list", "its own pin", ["compare"], "pre-data",
+          pins={"predictions@results/qwen3-8b": predictions})
+    for results in ("results", "results/qwen3-8b"):
+        out = run_compare(project, index, predictions, results=results)
+        pin = load_manifest(out / "manifest.json")["extra"]["prediction_pin"]
+        assert pin["pin_name"] == predictions_pin(results) and pin["pinned"] == pin["digest"]
 
 
 def test_refuses_predictions_changed_after_the_pin(project: Path, captured: tuple[Path, Path]) -> None:

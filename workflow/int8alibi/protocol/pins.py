@@ -86,6 +86,16 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+PREDICTIONS_PIN = "predictions"
+
+
+def predictions_pin(results: str) -> str:
+    """The data pin a run's per-layer predictions go under: ``predictions`` for the default results
+    folder, ``predictions@<results>`` for any other (the config's ``results`` as written). One pin per
+    run, so pinning Qwen3-8B's predictions leaves the default model's and Qwen3-1.7B's in force."""
+    return PREDICTIONS_PIN if results == "results" else f"{PREDICTIONS_PIN}@{results}"
+
+
 def data_digest(path: Path) -> str:
     """The digest an amendment records for a pinned data artifact: SHA-256 of its bytes."""
     if not Path(path).is_file():

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ..protocol.chain import read_amendments
+from ..protocol.pins import predictions_pin
 from ..provenance.hashing import sha256_file
 from .claims import claims_table, real_scale_catches
 from .document import Block, Heading, Paragraph, Source, Table
@@ -261,11 +262,12 @@ def _corpus(cfg: Any, analysis: dict[str, Any]) -> str:
     return f"{source} corpus (tests)"
 
 
-def _pin_status(root: Path) -> str:
+def _pin_status(root: Path, name: str) -> str:
+    """The amendment in force and the one that pinned this run's prediction list (``name``)."""
     amendments = read_amendments(root)
     latest = amendments[-1]
-    pinned = latest.data_pins.get("predictions")
-    first = next((a for a in amendments if a.data_pins.get("predictions") == pinned), None) if pinned else None
+    pinned = latest.data_pins.get(name)
+    first = next((a for a in amendments if a.data_pins.get(name) == pinned), None) if pinned else None
     pin = ("the per-layer prediction list is not pinned (exploratory)" if first is None else
            f"the per-layer prediction list pinned by {first.id} ({first.data['status']})")
     return f"{latest.id} ({latest.data['status']}) in force; {pin}"
@@ -294,9 +296,10 @@ def setup(t: Tables, cfg: Any, protocol: Any, resolution: str, emulated: bool | 
     frame = pd.DataFrame([{"aspect": labels[k], "this run": mine[k], "[IA]": papers["IA"]["setup"][k],
                            "[PT]": papers["PT"]["setup"][k]} for k in labels])
     paper_file = protocol.root / "paper.yaml"
+    pins = _pin_status(protocol.root.parent, predictions_pin(str(cfg.get("results", "results"))))
     return [Heading("Run setup"),
             Table(f"This run (size profile {cfg['size_profile']}) beside the papers' setups", frame,
                   (Source("preregistration/paper.yaml", sha256_file(paper_file)),)),
-            Paragraph(f"Protocol: amendment {_pin_status(protocol.root.parent)}." + (
+            Paragraph(f"Protocol: amendment {pins}." + (
                 " A post-data pin was written after results of the pipeline had been seen: its predictions are not "
-                "blind." if "(post-data)" in _pin_status(protocol.root.parent).split("prediction list")[-1] else ""))]
+                "blind." if "(post-data)" in pins.split("prediction list")[-1] else ""))]

@@ -27,7 +27,7 @@ from ..analysis.layer_comparison import SETTINGS, layer_rows, log_summary, near_
 from ..progress import Progress
 from ..protocol import pinned_data_digest
 from ..protocol.chain import read_amendments
-from ..protocol.pins import data_digest
+from ..protocol.pins import PREDICTIONS_PIN, data_digest, predictions_pin
 from ..provenance.environment import differences, made_in
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table
@@ -36,14 +36,13 @@ from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.compare")
 
-PIN_NAME = "predictions"
-PIN_HOWTO = ("int8alibi amend --pin predictions={path} --summary '...' --rationale '...' "
+PIN_HOWTO = ("int8alibi amend --pin {name}={path} --summary '...' --rationale '...' "
              "--status pre-data --stages compare")
 
 
-def pin_status(predictions: Path, project_root: Path) -> dict[str, Any]:
-    """The predictions file's digest next to the one an amendment pinned (None when unpinned)."""
-    return {"digest": data_digest(predictions), "pinned": pinned_data_digest(project_root, PIN_NAME)}
+def pin_status(predictions: Path, project_root: Path, name: str = PREDICTIONS_PIN) -> dict[str, Any]:
+    """The predictions file's digest next to the one an amendment pinned under ``name`` (None when unpinned)."""
+    return {"digest": data_digest(predictions), "pinned": pinned_data_digest(project_root, name), "pin_name": name}
 
 
 def require_pin(predictions: Path, status: dict[str, Any], exploratory: bool, project_root: Path) -> None:
@@ -54,24 +53,27 @@ def require_pin(predictions: Path, status: dict[str, Any], exploratory: bool, pr
         path = predictions.resolve().relative_to(project_root.resolve()).as_posix()
     except ValueError:
         path = predictions.resolve().as_posix()
+    name = status["pin_name"]
+    howto = PIN_HOWTO.format(name=name, path=path)
     if status["pinned"] is None:
         raise ProtocolError(
             f"{predictions} (sha256 {status['digest']}) is not the pinned prediction list: no amendment pins "
-            f"data '{PIN_NAME}'. Predictions must be pinned before compare reads them: "
-            f"{PIN_HOWTO.format(path=path)} (or set exploratory: true to run unpinned, recorded in every "
-            f"table and manifest)")
+            f"data '{name}' (this run's predictions; each results folder has its own pin). Predictions must be "
+            f"pinned before compare reads them: {howto} (or set exploratory: true to run unpinned, recorded in "
+            f"every table and manifest)")
     raise ProtocolError(
         f"{predictions} (sha256 {status['digest']}) is not the pinned prediction list: the amendment in force "
-        f"pins '{PIN_NAME}' at sha256 {status['pinned']}, which differs. {environment_story(predictions, project_root)} "
+        f"pins '{name}' at sha256 {status['pinned']}, which differs. "
+        f"{environment_story(predictions, project_root, name)} "
         f"Two ways forward: (1) reproduce the pinned environment (the facts above), or find why this one "
         f"computes other bytes; (2) pin this run's predictions by a new amendment whose status says truthfully "
-        f"whether data had been seen: {PIN_HOWTO.format(path=path)} (or set exploratory: true to run "
+        f"whether data had been seen: {howto} (or set exploratory: true to run "
         f"unpinned, recorded in every table and manifest)")
 
 
-def environment_story(predictions: Path, project_root: Path) -> str:
+def environment_story(predictions: Path, project_root: Path, name: str = PREDICTIONS_PIN) -> str:
     """What differs between the environment the pin was made in and the one that made ``predictions``."""
-    pinned = read_amendments(project_root)[-1].data_pin_environments.get(PIN_NAME)
+    pinned = read_amendments(project_root)[-1].data_pin_environments.get(name)
     here = made_in(predictions)
     if pinned is None:
         return "The amendment did not record the environment the pin was made in."
@@ -108,7 +110,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
     """Compare the two selected arms on every captured layer in the three settings."""
     index, predictions, root = Path(index), Path(predictions), Path(project_root)
     exploratory = cfg.exploratory
-    status = pin_status(predictions, root)
+    status = pin_status(predictions, root, predictions_pin(str(cfg.get("results", "results"))))
     require_pin(predictions, status, exploratory, root)
     frame = read_index(index)
     missing = sorted({c for c, _ in SETTINGS.values()} - set(frame["checkpoint"]))
@@ -134,7 +136,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, predictions: Path, project_r
                 "near_zero_fraction": fraction},
         arms=[arm_a.evidence(), arm_b.evidence()], exploratory=exploratory,
         protocol_root=root / "preregistration", device=device,
-        extra={"selection": selection, "prediction_pin": {**status, "pin_name": PIN_NAME},
+        extra={"selection": selection, "prediction_pin": status,
                "prediction_failures": int(summary["prediction_failed"].sum())},
     )
 
