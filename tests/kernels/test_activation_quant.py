@@ -64,3 +64,16 @@ def test_non_finite_input_is_refused():
     x[2, 0] = float("-inf")
     with pytest.raises(InputError, match="2 non-finite"):
         quantize_per_token_cuda(x, what="layer input")
+
+
+def test_a_given_counter_collects_non_finite_elements_without_a_read_back():
+    from int8alibi.kernels.activation_quant import quantize_per_token_cuda
+
+    x = torch.ones(3, 64, dtype=torch.bfloat16, device="cuda")
+    x[1, 5] = float("nan")
+    counter = torch.zeros((), dtype=torch.int32, device="cuda")
+    quantize_per_token_cuda(x, nonfinite=counter)  # no raise: the caller checks the counter
+    quantize_per_token_cuda(x, nonfinite=counter)
+    assert int(counter) == 2
+    q, s = quantize_per_token_cuda(x[[0, 2]], nonfinite=counter)
+    assert int(counter) == 2 and torch.equal(q.cpu(), quantize_per_token(x[[0, 2]].cpu())[0])

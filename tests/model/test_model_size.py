@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 import torch
@@ -69,6 +70,12 @@ def test_a_file_that_is_not_gguf_is_named(tmp_path):
         gguf_header(bad)
     bad.write_bytes(b"NOPE" + bytes(20))
     with pytest.raises(InputError, match="no GGUF magic"):
+        gguf_header(bad)
+    # one field: a string array of two strings whose second claims more bytes than the file holds
+    key = struct.pack("<Q", 1) + b"k"
+    array = struct.pack("<IIQ", 9, 8, 2) + struct.pack("<Q", 1) + b"a" + struct.pack("<Q", 50) + b"bc"
+    bad.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + key + array)
+    with pytest.raises(InputError, match="a string array runs past the end of the file"):
         gguf_header(bad)
 
 

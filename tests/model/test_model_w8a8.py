@@ -10,7 +10,7 @@ from torch import nn
 from int8alibi.errors import InputError
 from int8alibi.kernels.registry import get
 from int8alibi.model.layers import quantized_linears
-from int8alibi.model.w8a8 import W8A8Linear, quantize_linears, swap_linears
+from int8alibi.model.w8a8 import NonFiniteGuard, W8A8Linear, quantize_linears, swap_linears
 from int8alibi.quant import weight as wq
 from int8alibi.quant.activation import quantize_per_token
 from int8alibi.quant.compressed_tensors import load_checkpoint, save_checkpoint
@@ -92,3 +92,49 @@ def test_w8a8_linear_refuses_non_bf16_input(reference_arm):
         layer(torch.ones(2, 16))
     with pytest.raises(InputError, match="s_w must be bf16"):
         W8A8Linear(w_q, s_w.float(), reference_arm)
+
+
+def _layers(names: list[str], arm: object) -> list[W8A8Linear]:
+    return [W8A8Linear(torch.ones(8, 8, dtype=torch.int8), torch.ones(8, 1, dtype=torch.bfloat16), arm, name=n)
+            for n in names]
+
+
+def test_the_non_finite_guard_names_the_first_layer_and_starts_again_from_zero(reference_arm):
+    """The guard's logic on CPU counters (on CUDA the layers' kernels add into the same slots)."""
+    layers = _layers(["a", "b", "c"], reference_arm)
+    guard = NonFiniteGuard(layers, torch.device("cpu"))
+    assert [int(layer.nonfinite) for layer in layers] == [0, 0, 0]
+    guard.check()  # nothing counted: passes
+    layers[1].nonfinite += 3  # what b's kernel does on the device: a view of its slot
+    layers[2].nonfinite += 1
+    with pytest.raises(InputError, match=r"^b input: 3 non-finite element\(s\); .* \(and 1 later layer\(s\)\)$"):
+        guard.check()
+    assert guard.counts.tolist() == [0, 0, 0]
+    guard.check()  # reset: the next forward starts from zero
+    layers[0].nonfinite += 2
+    with pytest.raises(InputError, match=r"^a input: 2 non-finite element\(s\); no int8 scale represents them$"):
+        guard.check()
+
+
+def test_a_cpu_model_keeps_the_per_layer_check_and_gets_no_guard(tiny_model, reference_arm):
+    model = swap_linears(tiny_model, quantize_linears(tiny_model, "none"), reference_arm)
+    assert not model._forward_hooks
+    assert all(m.nonfinite is None for m in model.modules() if isinstance(m, W8A8Linear))
+    layer = _layers(["probe"], reference_arm)[0]
+    x = torch.ones(1, 8, dtype=torch.bfloat16)
+    x[0, 3] = float("nan")
+    with pytest.raises(InputError, match="probe input: 1 non-finite"):
+        layer(x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the guard is CUDA-only)")
+def test_a_cuda_model_checks_once_per_forward_and_names_the_first_layer(tiny_model):
+    arm = get("triton", "cuda")
+    model = swap_linears(tiny_model.cuda(), quantize_linears(tiny_model.cuda(), "none"), arm)
+    ids = torch.tensor([[1, 2, 3]], device="cuda")
+    model(input_ids=ids, use_cache=False)  # finite: passes
+    first = next(m for m in model.modules() if isinstance(m, W8A8Linear))
+    first.register_forward_pre_hook(lambda mod, args: (args[0].clone().fill_(float("nan")),))
+    with pytest.raises(InputError, match=rf"^{first.name} input: \d+ non-finite element\(s\)"):
+        model(input_ids=ids, use_cache=False)

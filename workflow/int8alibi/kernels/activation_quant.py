@@ -79,8 +79,15 @@ def _per_token_kernel(x_ptr, q_ptr, s_ptr, bad_ptr, K, stride_x, stride_q,
         tl.store(q_ptr + row * stride_q + offs, q.to(tl.int8), mask=offs < K)
 
 
-def quantize_per_token_cuda(x: torch.Tensor, *, what: str = "activations") -> tuple[torch.Tensor, torch.Tensor]:
-    """``quantize_per_token`` for a contiguous-rows CUDA ``x`` [M,K] (bf16, f16 or f32), in one launch."""
+def quantize_per_token_cuda(x: torch.Tensor, *, what: str = "activations",
+                            nonfinite: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_per_token`` for a contiguous-rows CUDA ``x`` [M,K] (bf16, f16 or f32), in one launch.
+
+    Non-finite elements have no int8 scale: without ``nonfinite`` the call reads its count back and
+    raises. Given ``nonfinite`` (an int32 CUDA scalar), the count is added to it on the device and
+    nothing is read back: the caller checks it later (``model.w8a8.NonFiniteGuard``, once per forward
+    instead of once per layer, which would stall the host 196 times a decode step).
+    """
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or not x.is_cuda:
         got = f"{x.dtype} {tuple(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise InputError(f"{what}: expected a 2-D floating CUDA tensor [M,K], got {got}")
@@ -89,11 +96,12 @@ def quantize_per_token_cuda(x: torch.Tensor, *, what: str = "activations") -> tu
     m, k = x.shape
     a_q = torch.empty((m, k), dtype=torch.int8, device=x.device)
     s_a = torch.empty((m,), dtype=torch.float32, device=x.device)
-    bad = torch.zeros((), dtype=torch.int32, device=x.device)
+    bad = torch.zeros((), dtype=torch.int32, device=x.device) if nonfinite is None else nonfinite
     if m:  # launched directly after the first call with these shapes (see triton_arm._Launchers)
         LAUNCHERS.launch(_per_token_kernel, (m,), (x, a_q, s_a, bad, k, x.stride(0), a_q.stride(0),
                                                     SCALE_DIVISOR, float(Q_MIN), float(Q_MAX), BLOCK_K))
-    nonfinite = int(bad)
-    if nonfinite:
-        raise InputError(f"{what}: {nonfinite} non-finite element(s); no int8 scale represents them")
+    if nonfinite is None:
+        count = int(bad)
+        if count:
+            raise InputError(f"{what}: {count} non-finite element(s); no int8 scale represents them")
     return a_q, s_a

@@ -169,6 +169,12 @@ def gguf_header(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]
                 item, count = take("<I"), take("<Q")
                 if item in _GGUF_SCALARS:
                     pos += count * struct.calcsize(_GGUF_SCALARS[item])
+                elif item == _GGUF_STRING:  # skipped by their lengths: the vocabulary is ~10^5 strings
+                    length = struct.Struct("<Q").unpack_from
+                    for _ in range(count):
+                        pos += 8 + length(data, pos)[0]
+                    if pos > len(data):
+                        raise fail("a string array runs past the end of the file")
                 else:
                     for _ in range(count):
                         value(item)

@@ -43,13 +43,20 @@ class W8A8Linear(nn.Module):
         self.register_buffer("s_w32", s_w.float().flatten(), persistent=False)
         self.arm = arm
         self.taps: list[Tap] = []  # called with the operands each forward hands to the arm
+        self.nonfinite: torch.Tensor | None = None  # this layer's counter in a NonFiniteGuard, if any
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16 or x.shape[-1] != self.in_features:
             raise InputError(f"W8A8Linear {self.name}: input must be bf16 [..., {self.in_features}], "
                              f"got {x.dtype} {tuple(x.shape)}")
         lead = x.shape[:-1]
-        a_q, s_a = _quantizer(x)(x.reshape(-1, self.in_features), what=f"{self.name} input")
+        flat, what = x.reshape(-1, self.in_features), f"{self.name} input"
+        if x.is_cuda:
+            from ..kernels.activation_quant import quantize_per_token_cuda
+
+            a_q, s_a = quantize_per_token_cuda(flat, what=what, nonfinite=self.nonfinite)
+        else:
+            a_q, s_a = quantize_per_token(flat, what=what)
         for tap in self.taps:
             tap(self, a_q, s_a)
         y = self.arm.scaled_mm(a_q, self.w_q, s_a, self.s_w32)
@@ -59,14 +66,36 @@ class W8A8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, arm={getattr(self.arm, 'name', self.arm)}"
 
 
-def _quantizer(x: torch.Tensor) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """The activation rule's implementation for ``x``'s device: the torch operations on the CPU, the
-    one-launch Triton kernel (the same bits, tested) on CUDA."""
-    if x.is_cuda:
-        from ..kernels.activation_quant import quantize_per_token_cuda
+class NonFiniteGuard:
+    """One int32 counter per W8A8 layer of a CUDA model, on the device, for the non-finite elements
+    of the layer's input; checked after each forward of the model (one read-back, not one per layer).
 
-        return quantize_per_token_cuda
-    return quantize_per_token
+    A non-finite activation has no int8 scale, so the forward fails closed, naming the first layer
+    (in execution order) whose input held one; its outputs are never returned.
+    """
+
+    def __init__(self, layers: list[W8A8Linear], device: torch.device) -> None:
+        self.names = [layer.name for layer in layers]
+        self.counts = torch.zeros(len(layers), dtype=torch.int32, device=device)
+        for i, layer in enumerate(layers):
+            layer.nonfinite = self.counts[i]  # a view: the layer's kernel adds into this slot
+
+    def check(self) -> None:
+        if not bool(self.counts.any()):
+            return
+        counts = self.counts.tolist()
+        self.counts.zero_()
+        hits = [(name, count) for name, count in zip(self.names, counts) if count]
+        name, count = hits[0]
+        later = f" (and {len(hits) - 1} later layer(s))" if len(hits) > 1 else ""
+        raise InputError(f"{name} input: {count} non-finite element(s); no int8 scale represents them{later}")
+
+
+def _guard_hook(guard: NonFiniteGuard) -> Callable[..., None]:
+    def hook(module: nn.Module, args: Any, output: Any) -> None:
+        guard.check()
+
+    return hook
 
 
 def quantize_linears(model: nn.Module, mode: Mode = "none", division: Division = "bf16") -> dict[str, QuantizedWeight]:
@@ -107,4 +136,8 @@ def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], ar
         replacements.append((ref.name, W8A8Linear(w_q.to(device), s_w.to(device), arm, name=ref.name)))
     for name, layer in replacements:
         set_module(model, name, layer)
+    cuda = [layer for _, layer in replacements if layer.w_q.is_cuda]
+    if cuda:
+        guard = NonFiniteGuard(cuda, cuda[0].w_q.device)
+        model.register_forward_hook(_guard_hook(guard))
     return model
