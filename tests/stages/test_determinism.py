@@ -23,7 +23,7 @@ from int8alibi.kernels.registry import get
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table
-from int8alibi.stages.determinism import agreement, read_artifact, run as determinism
+from int8alibi.stages.determinism import agreement, kernel_row, read_artifact, run as determinism
 from int8alibi.engines.generation import TOKENS_SCHEMA, artifact_dir, artifact_paths, ids_text, parse_ids, sequence_sha256
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
@@ -98,6 +98,10 @@ def test_stage_tables_and_manifest_when_everything_verifies(tmp_path: Path, monk
     assert agree["first_divergence"].isna().sum() == len(agree) - 2
     gens = read_table(out / "generations.parquet")
     assert len(gens) == 2 * 4 * 2 * 2 and gens.iloc[0]["token_ids"] == "5 6 7 8"  # arms x checkpoints x runs x prompts
+    kernels = read_table(out / "kernels.parquet")
+    assert len(kernels) == 2 * 4 * 2 and set(kernels["engine"]) == {"int8alibi-own test"}
+    assert set(zip(kernels["arm"], kernels["kernel"])) == {(a, a) for a in ARMS}  # no implementation named: the arm
+    assert kernels["emulation"].all() and set(kernels["selection_environment"]) == {"{}"}
     manifest = load_manifest(out / "manifest.json")
     assert manifest["params"]["allow_unverified"] is False and manifest["extra"]["identity"]["verified"] is True
     assert len(manifest["inputs"]) == 2 * 4 * 2 * 2  # arms x checkpoints x runs x (tokens, identity)
@@ -234,3 +238,12 @@ def test_tiny_model_pow2_logits_are_bit_identical_across_the_two_epilogue_orders
         for a, b in zip(*logits):
             assert a.dtype == torch.bfloat16 and a.shape[1] > 1
             assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def test_a_vllm_artifact_names_the_kernel_class_vllm_logged() -> None:
+    """The identity of a real vLLM artifact (the H200 study's, committed under docs/measured)."""
+    identity = read_identity(ROOT / "docs" / "measured" / "h200-vllm-qwen3-1.7b" / "vllm-triton-own-run1.identity.json")
+    row = kernel_row(identity)
+    assert row["engine"] == "vllm 0.26.0" and row["emulation"] is False
+    assert row["kernel"] == "TritonInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8"
+    assert json.loads(row["selection_environment"])["VLLM_DISABLED_KERNELS"] == "CutlassInt8ScaledMMLinearKernel"

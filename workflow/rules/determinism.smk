@@ -53,6 +53,7 @@ rule determinism:
             caption="../report/determinism_summary.rst",
             category="Tables",
         ),
+        kernels=update(f"{RESULTS}/determinism/kernels.parquet"),
         manifest=update(f"{RESULTS}/determinism/manifest.json"),
     log:
         f"{LOGS}/determinism.log",

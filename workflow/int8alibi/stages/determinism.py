@@ -21,6 +21,7 @@ from ..config import Config
 from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_dir, artifact_paths, parse_ids, sequence_sha256
 from ..engines.identity import Identity, Mismatch, Treatment, engine_log, join, read_identity
 from ..errors import InputError
+from ..provenance.hashing import canonical_json
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import read_table, write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
@@ -43,6 +44,17 @@ AGREEMENT_SCHEMA = pa.schema([
     pa.field("identical", pa.bool_(), nullable=False),
     pa.field("first_divergence", pa.int32(), nullable=True),
     pa.field("allow_unverified", pa.bool_(), nullable=False),
+])
+# Per artifact: the engine that generated it and the kernel it ran, as the artifact's identity records
+# them (for vLLM the kernel class its own selection log named, verified against the requested one).
+KERNELS_SCHEMA = pa.schema([
+    pa.field("arm", pa.string(), nullable=False),
+    pa.field("checkpoint", pa.string(), nullable=False),
+    pa.field("run", pa.int32(), nullable=False),
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("kernel", pa.string(), nullable=False),
+    pa.field("selection_environment", pa.string(), nullable=False),
+    pa.field("emulation", pa.bool_(), nullable=False),
 ])
 SUMMARY_SCHEMA = pa.schema([
     pa.field("arm_a", pa.string(), nullable=False),
@@ -125,6 +137,18 @@ def _rows(checkpoint: str, comparison: str, identical: torch.Tensor, first: torc
     ]
 
 
+def kernel_row(identity: Identity) -> dict[str, Any]:
+    """One ``KERNELS_SCHEMA`` row: the engine, and the kernel the engine's own evidence names (vLLM's
+    logged selection where there is one, else the arm's implementation)."""
+    evidence = identity.kernel_evidence
+    selected = evidence.get("selected")
+    kernel = "; ".join(str(k) for k in selected) if selected else str(evidence.get("implementation", evidence.get("arm")))
+    return {"arm": identity.arm, "checkpoint": identity.checkpoint, "run": identity.run,
+            "engine": f"{identity.engine.get('name')} {identity.engine.get('version')}", "kernel": kernel,
+            "selection_environment": canonical_json(evidence.get("environment") or {}),
+            "emulation": bool(evidence.get("is_emulation", False))}
+
+
 def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false") -> None:
     """Join every artifact under the identity contract and tabulate agreement."""
     allow = parse_flag(allow_unverified, "allow_unverified")
@@ -176,6 +200,8 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
         "agreement": write_table(table, out_dir / "agreement.parquet", AGREEMENT_SCHEMA,
                                  sort_by=["checkpoint", "comparison", "prompt"]),
         "summary": write_table(summary, out_dir / "summary.parquet", SUMMARY_SCHEMA, sort_by=["arm_a", "arm_b"]),
+        "kernels": write_table(pd.DataFrame([kernel_row(art.identity) for art in arts.values()]),
+                               out_dir / "kernels.parquet", KERNELS_SCHEMA, sort_by=["arm", "checkpoint", "run"]),
     }
     write_manifest(
         out_dir, stage="determinism", outputs=outputs,
