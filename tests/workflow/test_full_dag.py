@@ -78,7 +78,8 @@ def test_report_and_tables_exist(finished_run: Path) -> None:
     for rel in ["requant/gate.parquet", "capture/index.parquet", "prediction/predictions.parquet",
                 "compare/layers.parquet", "faults/cells.parquet", "faults/scorecard.parquet",
                 "faults/detection.parquet", "determinism/generations.parquet", "determinism/agreement.parquet",
-                "determinism/kernels.parquet", "perplexity/windows.parquet", "perplexity/summary.parquet", "report/report.md", "report/report.html"]:
+                "determinism/kernels.parquet", "perplexity/windows.parquet", "perplexity/summary.parquet",
+                "report/report.md", "report/report.html"]:
         assert (results / rel).is_file(), rel
     report = (results / "report" / "report.md").read_text()
     assert "sha256" in report and "faults/detection.parquet" in report

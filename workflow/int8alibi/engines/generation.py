@@ -2,8 +2,8 @@
 
 The generate stage writes ``tokens.parquet`` (``TOKENS_SCHEMA``) and ``identity.json``
 (``engines.identity``) into ``runs/<arm>/<checkpoint>/run<k>/``, one folder per arm × checkpoint ×
-run; determinism and the report read them back through ``artifact_dir``, ``artifact_paths`` and ``parse_ids``, and ``sequence_sha256`` lets either side check a
-sequence against its recorded digest.
+run; determinism and the report read them back through ``artifact_dir``, ``artifact_paths`` and
+``parse_ids``, and ``sequence_sha256`` lets either side check a sequence against its recorded digest.
 """
 
 from __future__ import annotations
