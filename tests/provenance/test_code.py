@@ -4,6 +4,7 @@ edit changes the digest of that module only, and of the stages that can run it."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_closure_digests_each_module_and_remembers_them_by_content(package: Path
     assert sorted(digests) == ["int8alibi/__init__.py", "int8alibi/errors.py", "int8alibi/stages/__init__.py",
                                "int8alibi/stages/alpha.py"]
     first.save()
-    assert len(json.loads(cache.read_text())) == 4
+    assert len([key for key in json.loads(cache.read_text()) if key != "closures"]) == 4
     _write(package, "stages/alpha.py", "from ..errors import E  # a comment\n\ndef run():\n    raise E\n")
     _write(package, "unrelated.py", "Y = 3\n")
     assert CodeDigests(cache).closure("int8alibi.stages.alpha") == digests
@@ -89,3 +90,27 @@ def test_a_cached_entry_is_used_without_parsing(package: Path, tmp_path: Path,
 
     monkeypatch.setattr(code, "syntax_digest", lambda *a: pytest.fail("parsed although cached"))
     assert CodeDigests(cache).closure("int8alibi.stages.alpha") == expected
+
+
+def test_closures_are_reused_while_no_package_file_is_touched(package: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "code.json"
+    first = CodeDigests(cache)
+    expected = first.closure("int8alibi.stages.alpha")
+    first.save()
+    with monkeypatch.context() as patch:  # nothing touched: not one file is read again
+        patch.setattr(CodeDigests, "_entry", lambda *a: pytest.fail("read a file although no file changed"))
+        again = CodeDigests(cache)
+        assert again.closure("int8alibi.stages.alpha") == expected
+        again.save()
+    assert len([key for key in json.loads(cache.read_text()) if key != "closures"]) == 4  # file entries kept
+    st = (package / "errors.py").stat()
+    os.utime(package / "errors.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched, same bytes
+    reads: list[Path] = []
+    real_entry = CodeDigests._entry
+    monkeypatch.setattr(CodeDigests, "_entry", lambda self, name, path: reads.append(path) or real_entry(self, name, path))
+    assert CodeDigests(cache).closure("int8alibi.stages.alpha") == expected  # recomputed: the same digests
+    assert package / "errors.py" in reads
+    _write(package, "stages/beta.py", "from ..errors import E\n")  # a new module changes the stamp too
+    _write(package, "stages/alpha.py", "from . import beta\n\ndef run():\n    return beta\n")
+    assert "int8alibi/stages/beta.py" in CodeDigests(cache).closure("int8alibi.stages.alpha")

@@ -3,7 +3,9 @@
 A comment or docstring edit, or moving lines about, does not change what a stage computes, so it
 reruns nothing; any other edit changes the module's digest. Each digest (and the module's imports,
 which give a stage's closure) is remembered by the SHA-256 of the file's bytes in one JSON file, so
-a parse re-reads only the files but parses only those that changed. Manifests keep recording the
+a parse re-reads only the files but parses only those that changed; and the stages' closures are
+remembered beside them under a stamp of the package's files (path, size, mtime, inode: the key the
+source-file digests use), so a parse with no file touched reads none. Manifests keep recording the
 byte digest of the code that ran (``hashing.stage_code_digest``).
 """
 
@@ -19,6 +21,7 @@ from . import hashing
 from .hashing import imported_names, module_closure, module_file, sha256_bytes
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_CLOSURES = "closures"  # the cache's entry of closures: {"stamp": ..., "modules": {module: {path: digest}}}
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -50,6 +53,10 @@ class CodeDigests:
         self._files: dict[Path, tuple[str, str, list[str]]] = {}
         self._closures: dict[str, dict[str, str]] = {}
         self._located: dict[str, Path | None] = {}
+        self._stamp = package_stamp()
+        kept = self.known.get(_CLOSURES)
+        self._kept: dict[str, Any] = (kept["modules"] if isinstance(kept, dict) and kept.get("stamp") == self._stamp
+                                      and isinstance(kept.get("modules"), dict) else {})
 
     def _entry(self, name: str, path: Path) -> tuple[str, str, list[str]]:
         """``(content sha256, syntax digest, imports)`` of one file, read once per parse."""
@@ -75,6 +82,9 @@ class CodeDigests:
 
     def closure(self, module: str) -> dict[str, str]:
         """``{package-relative path: syntax digest}`` of every module ``module`` can run (``module_closure``)."""
+        kept = self._kept.get(module)
+        if module not in self._closures and isinstance(kept, dict):
+            self._closures[module] = {str(k): str(v) for k, v in kept.items()}
         if module not in self._closures:
             root = hashing.PACKAGE_ROOT
             out = {}
@@ -86,10 +96,30 @@ class CodeDigests:
         return dict(self._closures[module])
 
     def save(self) -> None:
-        """Keep what this parse used; written only when that changed (atomically: jobs may parse at once)."""
+        """Keep what this parse used; written only when that changed (atomically: jobs may parse at once).
+        Closures taken from the cache keep the file entries they were computed from."""
+        if self._kept:
+            for key, entry in self.known.items():
+                if key != _CLOSURES:
+                    self.used.setdefault(key, entry)
+        self.used[_CLOSURES] = {"stamp": self._stamp, "modules": {**self._kept, **self._closures}}
         if self.used == self.known:
             return
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.used, sort_keys=True, indent=0))
         os.replace(tmp, self.cache)
+
+
+def package_stamp() -> str:
+    """SHA-256 of every package ``.py`` file's relative path, size, mtime and inode: equal stamps, files
+    untouched (a closure over them is still what it was)."""
+    root = hashing.PACKAGE_ROOT
+    rows = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            st = os.stat(os.path.join(folder, name))
+            rel = Path(folder, name).relative_to(root).as_posix()
+            rows.append(f"{rel}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}")
+    return sha256_bytes("\n".join(rows).encode())
