@@ -25,6 +25,14 @@ from ..progress import Progress
 ENGINE = {"name": "int8alibi-own", "version": __version__, "decoding": "greedy argmax, batch of one, KV cache"}
 
 
+def engine_record(device: torch.device) -> dict[str, Any]:
+    """``ENGINE`` as an identity records it: on CUDA the decode steps run over a static cache as CUDA
+    graphs (``engines.static_decode``), which the record says."""
+    if device.type != "cuda":
+        return dict(ENGINE)
+    return {**ENGINE, "decoding": "greedy argmax, batch of one, static KV cache, decode steps as CUDA graphs"}
+
+
 @dataclass
 class OwnEngine:
     """A loaded model on its device, its tokenizer, and what it is (parent or W8A8 under an arm)."""
@@ -46,7 +54,8 @@ class OwnEngine:
         out: list[list[int]] = []
         bar = Progress(total=len(prompts) * new_tokens, desc=f"generate {self.label}", unit="tok", disable=not progress)
         for prompt in prompts:
-            steps = greedy_steps(self.model, torch.tensor([list(prompt)], dtype=torch.int64, device=self.device))
+            steps = greedy_steps(self.model, torch.tensor([list(prompt)], dtype=torch.int64, device=self.device),
+                                 new_tokens)
             tokens: list[torch.Tensor] = []
             for _ in range(new_tokens):
                 tokens.append(next(steps)[1])
@@ -82,15 +91,24 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def greedy_steps(model: Any, prompt_ids: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def greedy_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int | None = None, *,
+                 graph: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Greedy KV-cache decoding of a batch of one, one forward per ``next()``: the first runs the
     prompt ``[1, P]``, each later one the token yielded before it. Yields the newest position's
     logits ``[V]`` and its argmax ``[1]`` (int64, on the model's device: nothing is read back).
 
     Ties in the argmax go to the lowest token id (torch.argmax returns the first maximum). A caller
     that wraps ``next()`` in a context (a trace, operand taps) wraps exactly that step's forward.
+    On CUDA, a caller that knows its ``new_tokens`` gets the static-cache steps of
+    ``engines.static_decode`` (replayed as CUDA graphs unless ``graph=False``, which a traced step
+    needs); on the CPU, and without ``new_tokens``, the model's own dynamic cache.
     """
     cache = cache_argument(model)
+    if new_tokens is not None and prompt_ids.is_cuda:
+        from .static_decode import static_steps
+
+        yield from static_steps(model, prompt_ids, new_tokens, cache, graph=graph)
+        return
     step = model(input_ids=prompt_ids, use_cache=True)
     while True:
         logits = step.logits[0, -1]

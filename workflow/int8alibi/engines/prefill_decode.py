@@ -47,7 +47,10 @@ def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at
     trace)``, the trace (``model.trace``) of the step that computes position ``trace_at`` if asked."""
     if new_tokens < 1 or not prompt:
         raise InputError(f"decode: needs a non-empty prompt and new_tokens >= 1, got {len(prompt)} and {new_tokens}")
-    steps = greedy_steps(model, torch.tensor([list(prompt)], dtype=torch.int64, device=device))
+    # A traced decode runs every step eagerly (a CUDA graph's replay calls no hook); on CUDA its steps
+    # are the graph's kernels over the same static cache, so its bits are the untraced decode's.
+    steps = greedy_steps(model, torch.tensor([list(prompt)], dtype=torch.int64, device=device), new_tokens,
+                         graph=trace_at is None)
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     events: list[Event] = []

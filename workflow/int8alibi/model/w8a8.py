@@ -9,6 +9,7 @@ the bf16 result.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,6 +92,15 @@ class NonFiniteGuard:
         raise InputError(f"{name} input: {count} non-finite element(s); no int8 scale represents them{later}")
 
 
+_GUARDS: weakref.WeakKeyDictionary[nn.Module, NonFiniteGuard] = weakref.WeakKeyDictionary()
+
+
+def guard_of(model: nn.Module) -> NonFiniteGuard | None:
+    """The guard ``swap_linears`` gave a CUDA model, for a caller that bypasses its forward hook (a
+    CUDA graph's replay checks it after each step); None on the CPU."""
+    return _GUARDS.get(model)
+
+
 def _guard_hook(guard: NonFiniteGuard) -> Callable[..., None]:
     def hook(module: nn.Module, args: Any, output: Any) -> None:
         guard.check()
@@ -140,4 +150,5 @@ def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], ar
     if cuda:
         guard = NonFiniteGuard(cuda, cuda[0].w_q.device)
         model.register_forward_hook(_guard_hook(guard))
+        _GUARDS[model] = guard
     return model

@@ -22,7 +22,7 @@ from ..device import describe
 from ..engines.checkpoints import checkpoint_dir, parent_digest
 from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_paths, ids_text, sequence_sha256
 from ..engines.identity import Identity, checkpoint_digest, quant_config_digest, rails_digest, write_identity
-from ..engines.own import ENGINE, load_w8a8
+from ..engines.own import engine_record, load_w8a8
 from ..errors import InputError
 from ..provenance.environment import library_versions
 from ..provenance.parquet import write_table
@@ -63,7 +63,8 @@ def _own(cfg: Config, ckpt: Path, arm: str, device: torch.device, analysis: Any,
     engine = load_w8a8(cfg, ckpt, kernel, device, label=f"{arm}/{ckpt.name}")
     ids = prompts(engine.tokenizer, analysis, int(profile["prompts"]))
     tokens = engine.generate(ids, int(profile["new_tokens"]))
-    return Generated(ids, tokens, engine.tokenizer, parent_digest(engine.info), dict(ENGINE), kernel.evidence(), {})
+    return Generated(ids, tokens, engine.tokenizer, parent_digest(engine.info), engine_record(device), kernel.evidence(),
+                     {})
 
 
 def _vllm(cfg: Config, ckpt: Path, arm: str, work_dir: Path, analysis: Any, profile: Any) -> Generated:
