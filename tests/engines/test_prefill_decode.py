@@ -71,6 +71,12 @@ def test_decode_is_the_own_engines_greedy_decoding_and_prefill_covers_every_gene
         decode(model, [], 3)
     with pytest.raises(InputError, match="non-empty prompt"):
         prefill(model, PROMPT, [])
+    # stop: the first steps of the same decode (the cache sized for all of them), nothing else
+    first, rows, _ = decode(model, PROMPT, NEW, stop=2)
+    assert first == tokens[:2] and torch.equal(rows.view(torch.int16), decoded[:2].view(torch.int16))
+    for bad in (0, NEW + 1):
+        with pytest.raises(InputError, match=f"stop={bad} outside 1..{NEW}"):
+            decode(model, PROMPT, NEW, stop=bad)
 
 
 def one_ulp_up(row_sizes: set[int]):

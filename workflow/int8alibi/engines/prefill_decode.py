@@ -42,11 +42,17 @@ class Divergence:
 
 @torch.inference_mode()
 def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at: int | None = None,
+           stop: int | None = None,
            device: torch.device = torch.device("cpu")) -> tuple[list[int], torch.Tensor, list[Event]]:
-    """Greedy KV-cache decoding as the own engine does it: ``(tokens, bf16 logits [new_tokens, V],
-    trace)``, the trace (``model.trace``) of the step that computes position ``trace_at`` if asked."""
+    """Greedy KV-cache decoding as the own engine does it: ``(tokens, bf16 logits [steps, V], trace)``,
+    the trace (``model.trace``) of the step that computes position ``trace_at`` if asked. The cache is
+    sized for ``new_tokens``; ``stop`` ends the decode after that many steps (a re-run up to a position
+    keeps the cache, and so the attention's shapes, of the run it reproduces)."""
     if new_tokens < 1 or not prompt:
         raise InputError(f"decode: needs a non-empty prompt and new_tokens >= 1, got {len(prompt)} and {new_tokens}")
+    steps_taken = new_tokens if stop is None else stop
+    if not 1 <= steps_taken <= new_tokens:
+        raise InputError(f"decode: stop={stop} outside 1..{new_tokens}")
     # A traced decode runs every step eagerly (a CUDA graph's replay calls no hook); on CUDA its steps
     # are the graph's kernels over the same static cache, so its bits are the untraced decode's.
     steps = greedy_steps(model, torch.tensor([list(prompt)], dtype=torch.int64, device=device), new_tokens,
@@ -54,7 +60,7 @@ def decode(model: nn.Module, prompt: Sequence[int], new_tokens: int, *, trace_at
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     events: list[Event] = []
-    for i in range(new_tokens):
+    for i in range(steps_taken):
         if i == trace_at:  # the step's newest row: the prompt's last at step 0, the one fed token after
             with traced(model, row=len(prompt) - 1 if i == 0 else 0, position=len(prompt) - 1 + i) as events:
                 logits, nxt = next(steps)
@@ -101,7 +107,7 @@ def attribute(model: nn.Module, prompt: Sequence[int], tokens: Sequence[int], po
     Both traced passes must reproduce the untraced logits bit for bit (the trace only observes),
     and their logits at ``position`` must differ; otherwise the attribution is refused.
     """
-    again, _, dec = decode(model, prompt, position + 1, trace_at=position, device=device)
+    again, _, dec = decode(model, prompt, len(tokens), trace_at=position, stop=position + 1, device=device)
     if again != list(tokens[: position + 1]) or not bits_equal(_head(dec, where), decoded[position]):
         raise InputError(f"{where}: the traced decode did not reproduce the untraced one at position {position}")
     _, pre = prefill(model, prompt, tokens, trace_at=position, device=device)
