@@ -168,7 +168,7 @@ from int8alibi.stages.generate import run
 config, results, k = sys.argv[1:4]
 for arm in sys.argv[4:]:
     for checkpoint in ("own", "pow2-nearest", "pow2-ceiling", "probe"):
-        code = stage_main(run, ["--config", config, "--out", f"{results}/determinism/runs/{arm}/{checkpoint}",
+        code = stage_main(run, ["--config", config, "--out", f"{results}/determinism/runs/{arm}/{checkpoint}/run{k}",
                                 "--input", f"gate={results}/requant/gate.parquet", "--param", f"arm={arm}",
                                 "--param", f"checkpoint={checkpoint}", "--param", f"run={k}"])
         if code:
