@@ -69,3 +69,18 @@ def test_a_non_finite_input_stops_a_replayed_step_naming_the_layer() -> None:
         scale.fill_(float("nan"))  # the graph reads this tensor: the next replay's input is NaN
         with pytest.raises(InputError, match=rf"^{first.name} input: \d+ non-finite element\(s\)"):
             next(steps)
+
+
+def test_the_eager_static_cache_steps_with_their_own_mask_are_the_dynamic_cache_steps_on_the_cpu() -> None:
+    """The static-cache step (the graph's eager body: a 4-D mask written before each step) run on
+    the CPU against the dynamic cache's steps, bit for bit, for the tiny model."""
+    from int8alibi.engines.own import cache_argument
+    from int8alibi.engines.static_decode import static_steps
+
+    model = build_synthetic("tiny", seed=0, vocab_size=256)
+    dynamic = _steps(model, "cpu", None)
+    with torch.inference_mode():
+        steps = static_steps(model, torch.tensor([PROMPT]), STEPS, cache_argument(model), graph=False)
+        pairs = [next(steps) for _ in range(STEPS)]
+    assert [int(n) for _, n in pairs] == dynamic[1]
+    assert all(torch.equal(a, b) for (a, _), b in zip(pairs, dynamic[0]))

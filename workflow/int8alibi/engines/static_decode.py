@@ -3,7 +3,10 @@
 A decode step at M = 1 launches some 2,400-3,000 small kernels; launched one by one from Python it is
 bound by the host (68-120 ms a step at Qwen3-1.7B's shapes on an H200), replayed as a graph it is not.
 A graph needs fixed shapes and addresses, so the cache is a transformers ``StaticCache`` of exactly
-the prompt plus the new tokens, and the step reads its token and position from fixed tensors. What
+the prompt plus the new tokens, and the step reads its token, position and attention mask from fixed
+tensors, written before each step (the model's own mask builder copies a host scalar to the device,
+which a capture forbids; a 4-D mask is used as given: 0 where a key is at or before the position, the
+dtype's minimum after it, the values that builder would write). What
 runs is the model's eager code: the graph replays the kernels the eager step launched, and
 ``graph=False`` runs that eager step itself (a step that is traced must run eagerly; its bits are the
 graph's). Measured on the H200: logits bitwise equal to the eager step's, static or dynamic cache, at
@@ -40,9 +43,12 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
     yield logits.clone(), nxt.clone()
     token = torch.zeros((1, 1), dtype=torch.int64, device=device)
     position = torch.zeros((1,), dtype=torch.int64, device=device)
+    masks = _causal_rows(p + new_tokens, logits.dtype, device)
+    mask = torch.empty_like(masks[0]).view(1, 1, 1, -1)
 
     def step(call: Callable[..., Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        out = call(input_ids=token, use_cache=True, cache_position=position, **{cache_argument: cache})
+        out = call(input_ids=token, attention_mask=mask, use_cache=True, cache_position=position,
+                   **{cache_argument: cache})
         newest = out.logits[0, -1]
         return newest, newest.argmax(dim=-1, keepdim=True)
 
@@ -50,6 +56,7 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
     for i in range(1, new_tokens):
         token.copy_(nxt.view(1, 1))
         position.fill_(p + i - 1)
+        mask.view(-1).copy_(masks[p + i - 1])
         if not graph:
             logits, nxt = step(model)  # the model's hooks run: the guard's check, a trace
         else:
@@ -61,6 +68,15 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
             if guard is not None:
                 guard.check()
         yield logits.clone(), nxt.clone()
+
+
+def _causal_rows(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[length, length]`` additive masks, row t for a query at position t over the whole cache: 0 at
+    keys 0..t, the dtype's minimum after t (the eager mask's two values)."""
+    keys = torch.arange(length, device=device)
+    allowed = keys[None, :] <= keys[:, None]
+    return torch.where(allowed, torch.zeros((), dtype=dtype, device=device),
+                       torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device))
 
 
 def _captured(step: Step) -> Step:
