@@ -57,6 +57,7 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
         token.copy_(nxt.view(1, 1))
         position.fill_(p + i - 1)
         mask.view(-1).copy_(masks[p + i - 1])
+        _seek(cache, p + i - 1)
         if not graph:
             logits, nxt = step(model)  # the model's hooks run: the guard's check, a trace
         else:
@@ -68,6 +69,16 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
             if guard is not None:
                 guard.check()
         yield logits.clone(), nxt.clone()
+
+
+def _seek(cache: Any, position: int) -> None:
+    """Sets the cache's write position where a version of transformers keeps one per layer on the device
+    (``cumulative_length``, advanced by each update and ignoring ``cache_position``): the warm-up steps
+    before a capture advanced it, and the step must write, and attend, at ``position`` whatever ran before."""
+    for layer in getattr(cache, "layers", ()):
+        counter = getattr(layer, "cumulative_length", None)
+        if isinstance(counter, torch.Tensor):
+            counter.fill_(position)
 
 
 def _causal_rows(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
