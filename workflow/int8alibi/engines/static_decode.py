@@ -15,6 +15,7 @@ every position.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,14 +58,16 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
         token.copy_(nxt.view(1, 1))
         position.fill_(p + i - 1)
         mask.view(-1).copy_(masks[p + i - 1])
-        _seek(cache, p + i - 1)
+        seek = functools.partial(_seek, cache, p + i - 1)
         if not graph:
+            seek()
             logits, nxt = step(model)  # the model's hooks run: the guard's check, a trace
         else:
             if replay is None:
-                replay = _captured(lambda: step(model.forward))  # forward: the guard's hook would read back
+                replay = _captured(lambda: step(model.forward), seek)  # forward: the guard's hook would read back
                 if guard is not None:
                     guard.counts.zero_()  # the warm-up's counts: the replay below counts the same step again
+            seek()
             logits, nxt = replay()
             if guard is not None:
                 guard.check()
@@ -90,15 +93,18 @@ def _causal_rows(length: int, dtype: torch.dtype, device: torch.device) -> torch
                        torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device))
 
 
-def _captured(step: Step) -> Step:
+def _captured(step: Step, seek: Callable[[], None]) -> Step:
     """``step`` run eagerly on a side stream, then captured as a CUDA graph; returns a function that
-    replays the graph and returns its output tensors. The warm-up steps compute with the same inputs
-    as the first replay (they write the same cache position), so they change nothing it computes."""
+    replays the graph and returns its output tensors. Each warm-up step, and the capture, starts at the
+    first replay's cache position (``seek``) and computes with its inputs, so they change nothing it
+    computes; the caller seeks again before each replay."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(WARMUP_STEPS):
+            seek()
             step()
+        seek()
     torch.cuda.current_stream().wait_stream(stream)
     cuda_graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(cuda_graph, stream=stream):
