@@ -52,7 +52,7 @@ COMMANDS: dict[str, tuple[Callable[[], Entry], str]] = {
     "diff": (_diff, "say which outputs, inputs, params, pins, code and environment differ between two runs"),
     "amend": (_amend, "append a protocol amendment (the only way to change it)"),
     "conform": (_conform, "run the conformance checks on two kernel arms"),
-    "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan)"),
+    "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan | decode)"),
 }
 UNAVAILABLE = 2
 

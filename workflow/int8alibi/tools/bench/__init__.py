@@ -1,4 +1,4 @@
-"""``int8alibi bench kernels|faults|dag|plan``: dispatch to the benchmark named by the first argument.
+"""``int8alibi bench kernels|faults|dag|plan|decode``: dispatch to the benchmark named by the first argument.
 
 Each benchmark module is imported only when asked for (inside its loader, by a plain import
 statement the import graph sees), so one benchmark's dependencies never burden another.
@@ -36,15 +36,23 @@ def _plan() -> Entry:
     return main
 
 
-BENCHMARKS: dict[str, Callable[[], Entry]] = {"kernels": _kernels, "faults": _faults, "dag": _dag, "plan": _plan}
+def _decode() -> Entry:
+    from .decode import main
+
+    return main
+
+
+BENCHMARKS: dict[str, Callable[[], Entry]] = {"kernels": _kernels, "faults": _faults, "dag": _dag, "plan": _plan,
+                                              "decode": _decode}
 # one line each for `int8alibi bench --help`
 ABOUT = {
     "kernels": "each arm's speed against a plain baseline of the same shape (its bits checked first)",
     "faults": "the fault campaign on a model's shapes, against the floor of its exact accumulators",
     "dag": "RESULTS: per stage of a finished run, seconds and peak memory against its floor",
     "plan": "a dry run with nothing to do, against a one-rule Snakefile in the same environment",
+    "decode": "one greedy decode step under each arm, against the weights it must read",
 }
-USAGE = "usage: int8alibi bench {kernels,faults,dag,plan} [options]   (int8alibi bench <name> --help for one's options)"
+USAGE = "usage: int8alibi bench {kernels,faults,dag,plan,decode} [options]   (int8alibi bench <name> --help for one's options)"
 
 
 def main(argv: list[str] | None = None) -> int:
