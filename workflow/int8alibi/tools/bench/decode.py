@@ -64,7 +64,7 @@ def time_steps(model: Any, prompt: torch.Tensor, steps: int, **kw: bool) -> tupl
     """Seconds a step over ``steps`` steps after the prompt and the first step, and every token chosen."""
     device = prompt.device
     with torch.inference_mode():
-        it = greedy_steps(model, prompt, steps + 2, **kw) if device.type == "cuda" else greedy_steps(model, prompt)
+        it = greedy_steps(model, prompt, steps + 2, **kw)  # on the CPU: the dynamic cache, whatever kw says
         chosen = [int(next(it)[1]) for _ in range(2)]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
