@@ -59,15 +59,15 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
         position.fill_(p + i - 1)
         mask.view(-1).copy_(masks[p + i - 1])
         seek = functools.partial(_seek, cache, p + i - 1)
+        seek()
         if not graph:
-            seek()
             logits, nxt = step(model)  # the model's hooks run: the guard's check, a trace
         else:
             if replay is None:
                 replay = _captured(lambda: step(model.forward), seek)  # forward: the guard's hook would read back
+                seek()  # the warm-up advanced it
                 if guard is not None:
                     guard.counts.zero_()  # the warm-up's counts: the replay below counts the same step again
-            seek()
             logits, nxt = replay()
             if guard is not None:
                 guard.check()
@@ -97,7 +97,7 @@ def _captured(step: Step, seek: Callable[[], None]) -> Step:
     """``step`` run eagerly on a side stream, then captured as a CUDA graph; returns a function that
     replays the graph and returns its output tensors. Each warm-up step, and the capture, starts at the
     first replay's cache position (``seek``) and computes with its inputs, so they change nothing it
-    computes; the caller seeks again before each replay."""
+    computes; the caller seeks again before the replay."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
