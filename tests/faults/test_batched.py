@@ -137,7 +137,8 @@ def test_batches_of_any_size_keep_the_layer_order(settings: CampaignSettings) ->
 
 
 def test_batch_size_stays_within_its_memory_share(settings: CampaignSettings) -> None:
-    from int8alibi.faults.batched import BATCH, MEMORY_SHARE, batch_size, layer_bytes
+    from int8alibi.campaign_budget import BATCH, MEMORY_SHARE
+    from int8alibi.faults.batched import batch_size, layer_bytes
 
     cpu = torch.device("cpu")
     budget = 16 * 2**30 // MEMORY_SHARE  # the CPU's stand-in for device memory

@@ -69,7 +69,7 @@ def test_plan_uses_the_resolved_device_and_falls_back_when_the_parent_is_unknown
         resources.rule_resources("report", _size("tiny"), _study(), "cpu")
 
 
-def test_forward_pass_jobs_share_the_device_by_what_they_hold_and_the_rest_take_all_of_it():
+def test_every_gpu_job_shares_the_device_by_what_it_holds():
     size, work = _size("qwen3-14b"), _study()
     gen = resources.rule_resources("generate", size, work, "cuda")
     held = size.parent_bytes + size.checkpoint_bytes
@@ -77,6 +77,33 @@ def test_forward_pass_jobs_share_the_device_by_what_they_hold_and_the_rest_take_
     assert 2 * gen.gpu_mem_mb < 139_000 < 4 * gen.gpu_mem_mb  # an H200 runs two 14B generate jobs at once
     small = resources.rule_resources("generate", _size("qwen3-1.7b"), work, "cuda")
     assert 8 * small.gpu_mem_mb <= 130_000  # and eight at 1.7B
-    for rule in ("capture", "compare", "faults", "requant", "prediction"):
-        assert resources.rule_resources(rule, size, work, "cuda").gpu_mem_mb == resources.WHOLE_DEVICE_MB
+    for rule in ("capture", "compare", "requant", "prediction", "ksweep"):
+        r = resources.rule_resources(rule, size, work, "cuda")
+        assert 0 < r.gpu_mem_mb < 139_000 and r.gpu_mem_mb * 2**20 >= 1.2 * resources.held_bytes(rule, size, work), rule
     assert all(resources.rule_resources(r, size, work, "cpu").gpu_mem_mb == 0 for r in resources.RULE_STAGE)
+
+
+def test_tokens_asks_for_its_largest_batch_of_logits():
+    """Measured on an H200 at 1.7B: 44,900 MiB peak for a 23-copy batch of 2,048-token windows."""
+    size, work = _size("qwen3-1.7b"), _study()
+    assert resources.tokens_batch_copies(work) == 23  # 3 kernel copies + the reference + 19 cells of one regime
+    tokens = resources.rule_resources("tokens", size, work, "cuda")
+    assert 44_900 < tokens.gpu_mem_mb < 100_000
+    logits = 23 * 2048 * size.vocab * resources.TOKENS_LOGIT_BYTES
+    assert tokens.gpu_mem_mb * 2**20 >= 1.2 * (GIB + resources.held_bytes("tokens", size, work) + logits)
+
+
+def test_faults_asks_for_its_batch_budget_of_the_device_or_all_of_it_when_the_device_is_unknown():
+    size, work = _size("qwen3-8b"), _study()
+    unknown = resources.rule_resources("faults", size, work, "cuda")
+    assert unknown.gpu_mem_mb == resources.WHOLE_DEVICE_MB
+    known = resources.rule_resources("faults", size, work, "cuda", device_mb=130_000)
+    share = 130_000 // resources.MEMORY_SHARE
+    assert share < known.gpu_mem_mb < 130_000 // 2
+    shard = resources.rule_resources("faults_shard", size, work, "cuda", faults_shards=4, device_mb=130_000)
+    assert shard.gpu_mem_mb == known.gpu_mem_mb
+
+
+def test_the_longest_chains_start_before_the_generate_jobs():
+    for rule in ("tokens", "capture", "prediction", "compare", "faults", "faults_shard", "prefill_decode"):
+        assert resources.PRIORITY[rule] > resources.PRIORITY.get("generate", 0), rule

@@ -13,6 +13,7 @@ checkpoint capture:
         f"{LOGS}/capture.log",
     benchmark:
         f"{BENCHMARKS}/capture.tsv"
+    priority: rule_priority("capture")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("capture")

@@ -29,7 +29,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
-from int8alibi.planning.resources import plan_resources
+from int8alibi.planning.resources import PRIORITY, plan_resources
 from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
 from int8alibi.planning.rerun import (
@@ -123,10 +123,17 @@ ENVIRONMENT = environment_params()
 CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
 # size profile (int8alibi.planning.resources); the SLURM profile sends them as --mem and --time.
+# The device's size is the run's gpu_mem_mb limit (profiles/gpu), where one is given.
+_DEVICE_LIMIT = workflow.global_resources.get("gpu_mem_mb").value
 try:
-    RESOURCES = plan_resources(RUN, GATE.protocol)
+    RESOURCES = plan_resources(RUN, GATE.protocol, _DEVICE_LIMIT if isinstance(_DEVICE_LIMIT, int) else None)
 except Int8AlibiError as exc:
     _stop(exc)
+
+
+def rule_priority(rule):
+    """The rule's `priority:` (int8alibi.planning.resources.PRIORITY): the longest chains start first."""
+    return PRIORITY.get(rule, 0)
 
 
 def save_plan_caches():

@@ -15,6 +15,7 @@ rule compare:
         f"{LOGS}/compare.log",
     benchmark:
         f"{BENCHMARKS}/compare.tsv"
+    priority: rule_priority("compare")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("compare")

@@ -11,6 +11,7 @@ if int(config.get("faults_shards", 1)) <= 1:
             f"{LOGS}/faults.log",
         benchmark:
             f"{BENCHMARKS}/faults.tsv"
+        priority: rule_priority("faults")
         conda:
             software_env(gpu_capable=True)
         threads: stage_threads("faults")
@@ -46,6 +47,7 @@ else:
         wildcard_constraints:
             start=r"\d+",
             stop=r"\d+",
+        priority: rule_priority("faults_shard")
         conda:
             software_env(gpu_capable=True)
         threads: stage_threads("faults")

@@ -21,6 +21,7 @@ rule ksweep:
         mem_mb=RESOURCES["ksweep"].mem_mb,
         runtime=RESOURCES["ksweep"].runtime,
         gpu=1,
+        gpu_mem_mb=RESOURCES["ksweep"].gpu_mem_mb,
     params:
         **stage_params("ksweep"),
     shell:

@@ -17,6 +17,7 @@ rule perplexity:
         f"{LOGS}/perplexity.log",
     benchmark:
         f"{BENCHMARKS}/perplexity.tsv"
+    priority: rule_priority("perplexity")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("perplexity")

@@ -10,6 +10,7 @@ rule prediction:
         f"{LOGS}/prediction.log",
     benchmark:
         f"{BENCHMARKS}/prediction.tsv"
+    priority: rule_priority("prediction")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("prediction")

@@ -16,6 +16,7 @@ rule prefill_decode:
         f"{LOGS}/prefill_decode.log",
     benchmark:
         f"{BENCHMARKS}/prefill_decode.tsv"
+    priority: rule_priority("prefill_decode")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("prefill_decode")

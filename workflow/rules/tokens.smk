@@ -18,6 +18,7 @@ rule tokens:
         f"{LOGS}/tokens.log",
     benchmark:
         f"{BENCHMARKS}/tokens.tsv"
+    priority: rule_priority("tokens")
     conda:
         software_env(gpu_capable=True)
     threads: stage_threads("tokens")

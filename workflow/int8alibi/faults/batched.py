@@ -43,6 +43,7 @@ from . import compare
 from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _validate, cell_rng,
                        fraction_count, run_layer_cells)
 from .pipeline import REGIMES, tile_partial_sums
+from ..campaign_budget import BATCH, MEMORY_SHARE
 from .rows import CellColumns
 
 R = len(REGIMES)
@@ -566,12 +567,6 @@ def _pool(workers: int) -> ProcessPoolExecutor | None:
     return _POOLS[workers]
 
 
-# At most this many layers per batch. 32 was measured on an H200 (qwen3-1.7b, M = 512): no faster
-# (campaign 1.11-1.14 s against 0.97-1.10 s with 8) and a 17 GiB peak of device memory (with 8,
-# ``bench faults`` peaks at 9.9 GiB, the 196 layers' operands included).
-BATCH = 8
-# Device memory a batch may take, as a fraction of the device's (``batch_size``).
-MEMORY_SHARE = 8
 
 
 def layer_bytes(m: int, k: int, n: int, tile_width: int) -> int:

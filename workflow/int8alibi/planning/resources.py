@@ -15,12 +15,17 @@ process overhead, with headroom:
 * prediction, compare, faults, ksweep: operands of a batch of layers (16 of the largest).
 
 ``gpu_mem_mb`` (a CUDA run's device memory) lets one GPU serve several jobs at once on a
-workstation: the forward-pass stages whose time goes to launching small kernels (generate,
-prefill_decode, perplexity, tokens) ask for what they hold on the device (the same P + Q based
-estimate, plus the CUDA context); every other GPU stage sizes its batches by the device's free
-memory or streams whole checkpoints, so it asks for the whole device (``WHOLE_DEVICE_MB``, which
-Snakemake lowers to the profile's ``gpu_mem_mb`` limit) and runs alone. A CPU run asks for none.
+workstation: every GPU job asks for what it holds on the device (the CUDA context plus the host
+estimate above, which counts the model it loads), so the analysis chain (capture, prediction,
+compare, faults) runs beside the forward-pass jobs instead of waiting for the whole device; tokens
+adds its largest batch's logits (one copy of a 2,048-token window per kernel arm, null control and
+injection cell, at ``TOKENS_LOGIT_BYTES`` an element: bf16 logits and a float32 copy, 6.3 measured
+at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHARE``-th of the
+device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
+device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
+``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the analysis chain,
+prefill_decode), ahead of the sixteen short generate jobs that would otherwise fill the device.
 
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
@@ -35,8 +40,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..campaign_budget import MEMORY_SHARE
 from ..errors import Int8AlibiError
-from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, Workload, stage_work, operand_bytes
+from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, TOKENS_REGIMES, Workload, operand_bytes, stage_work
 from ..model.size import ModelSize, model_size
 
 MIB = 1 << 20
@@ -48,7 +54,11 @@ OPERAND_BATCH = 16
 FALLBACK_MEM_MB, FALLBACK_RUNTIME = 16000, 120  # when the parent's size cannot be known at plan time
 CUDA_CONTEXT_BYTES = 1 << 30
 WHOLE_DEVICE_MB = 1 << 30  # more than any device: Snakemake caps it at the profile's gpu_mem_mb
-DEVICE_SHARING_RULES = frozenset({"generate", "prefill_decode", "perplexity", "tokens"})
+TOKENS_LOGIT_BYTES = 7
+TOKENS_CONTROL_COPIES = 4  # arm A, arm B, arm A again, the injection's fault-free reference
+BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH_ARMS)
+PRIORITY = {"tokens": 2, "capture": 2, "prediction": 2, "compare": 2, "faults": 2, "faults_shard": 2,
+            "prefill_decode": 1, "perplexity": 1}
 RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
     "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
     "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
@@ -90,7 +100,8 @@ def _jobs(rule: str, faults_shards: int) -> int:
     return faults_shards if rule == "faults_shard" else 1
 
 
-def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faults_shards: int = 1) -> Resources:
+def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faults_shards: int = 1,
+                   device_mb: int | None = None) -> Resources:
     """``Resources`` of one job of ``rule`` for a parent of ``size`` at sizes ``load`` on ``device``."""
     if rule not in RULE_STAGE:
         raise Int8AlibiError(f"resources: no estimate for rule {rule!r} (known: {sorted(RULE_STAGE)})")
@@ -99,20 +110,32 @@ def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faul
     work = stage_work(size, load).get(RULE_STAGE[rule])
     floor = 0.0 if work is None else work.seconds(RATES["h200" if device == "cuda" else "cpu"])
     runtime = RUNTIME_FIXED_MIN + math.ceil(RUNTIME_FLOOR_MULTIPLE * floor / _jobs(rule, faults_shards) / 60)
-    return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=device_memory_mb(rule, size, load, device))
+    return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=device_memory_mb(rule, size, load, device, device_mb))
 
 
-def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str) -> int:
+def tokens_batch_copies(load: Workload) -> int:
+    """Copies of a window in tokens' largest batch: the controls and every injection cell of one
+    regime that runs with them (the campaign's cells of a regime, less the two both-arms faults)."""
+    return TOKENS_CONTROL_COPIES + load.cells_per_layer // TOKENS_REGIMES - BOTH_ARMS_CELLS
+
+
+def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str, device_mb: int | None = None) -> int:
     """Device MiB one job of ``rule`` asks for on a CUDA run (see the module doc); 0 on the CPU."""
     if device != "cuda":
         return 0
-    if rule not in DEVICE_SHARING_RULES:
-        return WHOLE_DEVICE_MB
-    return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held_bytes(rule, size, load)) / MIB / 1024)
+    held = held_bytes(rule, size, load)
+    if rule == "tokens":
+        held += tokens_batch_copies(load) * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
+    elif rule in ("faults", "faults_shard"):
+        if device_mb is None:
+            return WHOLE_DEVICE_MB
+        held += device_mb * MIB // MEMORY_SHARE
+    return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held) / MIB / 1024)
 
 
-def plan_resources(run_config: Mapping[str, Any], protocol: Any) -> dict[str, Resources]:
-    """Rule -> ``Resources`` for a run config (its ``resolved`` device) and the loaded protocol.
+def plan_resources(run_config: Mapping[str, Any], protocol: Any, device_mb: int | None = None) -> dict[str, Resources]:
+    """Rule -> ``Resources`` for a run config (its ``resolved`` device) and the loaded protocol, on a
+    device of ``device_mb`` MiB (the run's ``gpu_mem_mb`` limit; None: not known).
 
     A parent whose size cannot be read at plan time (an unset variable, a missing folder: the model
     stage stops on it) gets the fixed fallback request.
@@ -125,4 +148,4 @@ def plan_resources(run_config: Mapping[str, Any], protocol: Any) -> dict[str, Re
         return {rule: fallback for rule in RULE_STAGE}
     load = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, run_config["size_profile"])
     shards = int(run_config.get("faults_shards") or 1)
-    return {rule: rule_resources(rule, size, load, device, shards) for rule in RULE_STAGE}
+    return {rule: rule_resources(rule, size, load, device, shards, device_mb) for rule in RULE_STAGE}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,11 @@ ROUND_TRIP_TOKENS = 32
 def _save_verified(model: Any, tokenizer: Any, info: ParentInfo, target: Path) -> ParentInfo:
     """Save into a temporary directory, reload, compare, then rename onto ``target``."""
     tmp = temp_dir(target.parent, target.name)
+    start = time.perf_counter()
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        log.info("model: saved in %.1f s", time.perf_counter() - start)
         reloaded, retok = load_hf_dir(tmp)
         if tensors_digest(reloaded) != info.sha256:
             raise InputError(f"{tmp}: the saved parent's tensors differ from the loaded ones (save/reload round trip)")
@@ -49,6 +52,8 @@ def _save_verified(model: Any, tokenizer: Any, info: ParentInfo, target: Path) -
                                reloaded(input_ids=ids, use_cache=False).logits)
         if not same:  # e.g. a buffer (rotary frequencies) kept in another precision than after reloading
             raise InputError(f"{tmp}: the saved parent computes different logits from the loaded one")
+        log.info("model: reloaded, digested and run twice (CPU, %d tokens) by %.1f s", ROUND_TRIP_TOKENS,
+                 time.perf_counter() - start)
         saved_tok = tokenizer_digest(retok)
         probe = "The quick brown fox: 12,345 tokens — naïve café.\n"
         if retok(probe)["input_ids"] != tokenizer(probe)["input_ids"]:
@@ -70,9 +75,10 @@ def run(cfg: Config, out_dir: Path) -> None:
     for stale in (out_dir / "manifest.json", out_dir / PARENT_TABLE):  # never leave an earlier run's record
         stale.unlink(missing_ok=True)
     shutil.rmtree(out_dir / PARENT_DIR, ignore_errors=True)
+    start = time.perf_counter()
     model, tokenizer, info = load_source(cfg)
-    log.info("model: %s %s, %s, %d blocks, %d quantized linears", info.source, info.origin,
-             info.architecture, info.n_blocks, info.n_layers)
+    log.info("model: %s %s, %s, %d blocks, %d quantized linears, loaded and digested in %.1f s", info.source,
+             info.origin, info.architecture, info.n_blocks, info.n_layers, time.perf_counter() - start)
     parent_dir, table, manifest = out_dir / PARENT_DIR, out_dir / PARENT_TABLE, out_dir / "manifest.json"
     try:
         info = _save_verified(model, tokenizer, info, parent_dir)
