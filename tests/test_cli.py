@@ -121,7 +121,7 @@ def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) ->
         assert out.startswith("usage: int8alibi bench") and all(f"  {name} " in out for name in bench.BENCHMARKS)
     assert set(bench.ABOUT) == set(bench.BENCHMARKS)
     assert cli.main(["bench", "nope"]) == 2  # an unknown benchmark is still a usage error
-    assert "expected one of kernels, faults, dag, plan, decode, got 'nope'" in capsys.readouterr().err
+    assert "expected one of kernels, faults, dag, plan, decode, seeded, got 'nope'" in capsys.readouterr().err
 
 
 def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:

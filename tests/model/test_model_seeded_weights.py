@@ -81,18 +81,56 @@ def test_std_of_the_sum_is_that_of_four_uniform_fields():
     assert sw.SUM_SIGMA == pytest.approx(4 ** 0.5 * values.std(unbiased=False).item(), rel=1e-12)
 
 
-@pytest.mark.parametrize("threads,chunk", [(1, sw.CHUNK), (3, 1000), (2, 1), (8, 4097)])
-def test_fill_is_the_same_for_every_chunking_and_thread_count(threads, chunk):
+@pytest.mark.parametrize("chunk", [sw.CHUNK, 1000, 1, 4097])
+def test_fill_is_the_same_for_every_chunking(chunk):
     shape = (37, 113) if chunk == 1 else (301, 257)  # chunk 1 is slow: a smaller tensor
     key, scales = sw.tensor_key(3, "w"), sw.row_scales(sw.tensor_key(3, "w|rows"), shape[0], 0.02)
-    reference = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales, threads=1)
-    other = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales, threads=threads, chunk=chunk)
+    reference = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales)
+    other = sw.fill(torch.empty(shape, dtype=torch.bfloat16), key, scales, chunk=chunk)
     assert torch.equal(reference.view(torch.int16), other.view(torch.int16))
     # element (r, c) is bf16(float32(s - centre) * scale[r]) for the sum of its flat index
     for r, c in ((0, 0), (0, 1), (shape[0] // 2, shape[1] - 1), (shape[0] - 1, shape[1] - 1)):
         s = int(sw.field_sums(key, r * shape[1] + c, 1)[0])
         expected = (torch.tensor(float(s - sw.SUM_CENTRE), dtype=torch.float32) * float(scales[r])).to(torch.bfloat16)
         assert reference[r, c].view(torch.int16) == expected.view(torch.int16)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_worker_processes_make_the_same_bytes_as_one_process(offset):
+    shape = (1031, sw.PROCESS_MIN // 1031 + 7)  # above PROCESS_MIN, spans not aligned to rows
+    one = sw.seeded_tensor(shape, 5, "big", 0.02, offset, threads=1)
+    for workers, chunk in ((3, sw.CHUNK), (2, 4097)):
+        shared = sw.seeded_tensor(shape, 5, "big", 0.02, offset, threads=workers, chunk=chunk)
+        assert shared.shape == shape and shared.dtype == torch.bfloat16 and shared.is_contiguous()
+        assert torch.equal(shared.view(torch.int16), one.view(torch.int16))
+    assert not torch.equal(one.view(torch.int16), sw.seeded_tensor(shape, 5, "big", 0.02, 1 - offset).view(torch.int16))
+
+
+def test_without_room_for_a_shared_file_the_tensor_is_filled_in_this_process(monkeypatch, caplog):
+    shape = (1031, sw.PROCESS_MIN // 1031 + 7)
+    one = sw.seeded_tensor(shape, 5, "big", 0.02, threads=1)
+
+    def full(self, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sw._Shared, "__init__", full)
+    fallback = sw.seeded_tensor(shape, 5, "big", 0.02, threads=2)
+    assert torch.equal(fallback.view(torch.int16), one.view(torch.int16))
+    assert "no shared file for the workers" in caplog.text and "No space left on device" in caplog.text
+
+
+def test_bf16_bits_round_to_nearest_even_as_torch_does_at_the_boundaries():
+    bits = np.array([0, 0x80000000, 1, 0x007FFFFF, 0x00800000,  # zeros, subnormals, the smallest normal
+                     0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001,  # ties to even (down, up), either side
+                     0xBF808000, 0xBF818000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000],  # max: to inf
+                    dtype=np.uint32)
+    rng = np.random.default_rng(0)
+    spread = rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)
+    spread = spread[np.isfinite(spread.view(np.float32))]
+    for case in (bits, spread):
+        values = case.view(np.float32)
+        expected = torch.from_numpy(values.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        assert np.array_equal(sw.bf16_bits(values), expected)
 
 
 def test_a_prefix_is_the_start_of_a_longer_tensor_and_keys_differ_by_name_and_seed():

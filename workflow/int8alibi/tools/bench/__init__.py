@@ -1,4 +1,4 @@
-"""``int8alibi bench kernels|faults|dag|plan|decode``: dispatch to the benchmark named by the first argument.
+"""``int8alibi bench kernels|faults|dag|plan|decode|seeded``: dispatch to the benchmark named by the first argument.
 
 Each benchmark module is imported only when asked for (inside its loader, by a plain import
 statement the import graph sees), so one benchmark's dependencies never burden another.
@@ -42,8 +42,14 @@ def _decode() -> Entry:
     return main
 
 
+def _seeded() -> Entry:
+    from .seeded import main
+
+    return main
+
+
 BENCHMARKS: dict[str, Callable[[], Entry]] = {"kernels": _kernels, "faults": _faults, "dag": _dag, "plan": _plan,
-                                              "decode": _decode}
+                                              "decode": _decode, "seeded": _seeded}
 # one line each for `int8alibi bench --help`
 ABOUT = {
     "kernels": "each arm's speed against a plain baseline of the same shape (its bits checked first)",
@@ -51,8 +57,10 @@ ABOUT = {
     "dag": "RESULTS: per stage of a finished run, seconds and peak memory against its floor",
     "plan": "a dry run with nothing to do, against a one-rule Snakefile in the same environment",
     "decode": "one greedy decode step under each arm, against the weights it must read",
+    "seeded": "a synthetic parent's seeded weights, worker processes against one process (bytes checked equal)",
 }
-USAGE = "usage: int8alibi bench {kernels,faults,dag,plan,decode} [options]   (int8alibi bench <name> --help for one's options)"
+USAGE = ("usage: int8alibi bench {kernels,faults,dag,plan,decode,seeded} [options]   "
+         "(int8alibi bench <name> --help for one's options)")
 
 
 def main(argv: list[str] | None = None) -> int:
