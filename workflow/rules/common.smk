@@ -29,7 +29,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
-from int8alibi.planning.resources import PRIORITY, plan_resources
+from int8alibi.planning.resources import plan_resources, rule_priority as _rule_priority
 from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
 from int8alibi.planning.rerun import (
@@ -132,8 +132,9 @@ except Int8AlibiError as exc:
 
 
 def rule_priority(rule):
-    """The rule's `priority:` (int8alibi.planning.resources.PRIORITY): the longest chains start first."""
-    return PRIORITY.get(rule, 0)
+    """The rule's `priority:` (int8alibi.planning.resources.rule_priority): on a CUDA run the longest
+    chains start first; a CPU run keeps Snakemake's order."""
+    return _rule_priority(rule, "cuda" if use_gpu(RUN) else "cpu")
 
 
 def save_plan_caches():
