@@ -27,8 +27,9 @@ Which jobs share the device changes no byte: each is its own process computing t
 On a CUDA run ``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the
 analysis chain, prefill_decode), ahead of the sixteen short generate jobs that would otherwise fill
 the device. A CPU run keeps Snakemake's own order (``rule_priority`` gives 0): there the cores are
-the limit, and a two-thread analysis job put first waits while one-thread jobs keep taking the core
-that frees (measured on 2 cores: the default DAG took 520 s with the priorities, 386 s without).
+the limit, the DAG's wall time is its summed job seconds over the cores (~90% busy either way on 2
+cores), and a two-thread analysis job put first only waits while one-thread jobs take each core
+that frees (seen on 2 cores: prediction, compare and faults ran last).
 
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
