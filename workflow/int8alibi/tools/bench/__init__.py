@@ -6,10 +6,22 @@ statement the import graph sees), so one benchmark's dependencies never burden a
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
+from ...errors import Int8AlibiError
+
 Entry = Callable[[list[str]], int]
+
+
+def refusing(name: str, bench: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``bench(args)``; an ``Int8AlibiError`` (bad input) printed as one line naming the benchmark, 2."""
+    try:
+        return bench(args)
+    except Int8AlibiError as exc:
+        print(f"int8alibi bench {name}: {exc}", file=sys.stderr)
+        return 2
 
 
 def _kernels() -> Entry:

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from . import refusing
 from ...device import resolve_device
-from ...errors import InputError, Int8AlibiError
+from ...errors import InputError
 from ...engines.own import greedy_steps
 from ...kernels.registry import get
 from ...model.synthetic import build_synthetic, synthetic_config
@@ -44,12 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one line per (arm, path); 2 on bad input."""
-    args = _parser().parse_args(argv)
-    try:
-        return _bench(args)
-    except Int8AlibiError as exc:
-        print(f"int8alibi bench decode: {exc}", file=sys.stderr)
-        return 2
+    return refusing("decode", _bench, _parser().parse_args(argv))
 
 
 def step_bytes(model: Any) -> int:

@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import os
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,8 +28,9 @@ import pandas as pd
 import torch
 
 from ...arith import exact_accumulator
+from . import refusing
 from ...device import describe, resolve_device
-from ...errors import InputError, Int8AlibiError
+from ...errors import InputError
 from ...faults import CELLS_PER_LAYER, CampaignSettings, run_campaign
 from ...faults.run import ENGINES, resolve_engine
 from ...kernels.layer_operands import QWEN3_SHAPES, Operands, synthetic_layer
@@ -66,12 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its numbers; 2 on bad input."""
-    args = _parser().parse_args(argv)
-    try:
-        return _bench(args)
-    except Int8AlibiError as exc:
-        print(f"int8alibi bench faults: {exc}", file=sys.stderr)
-        return 2
+    return refusing("faults", _bench, _parser().parse_args(argv))
 
 
 def _generate(shapes: str, m: int, seed: int, wanted: int, device: torch.device) -> list[Operands]:

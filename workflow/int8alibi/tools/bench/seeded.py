@@ -14,7 +14,8 @@ import hashlib
 import sys
 import time
 
-from ...errors import InputError, Int8AlibiError
+from . import refusing
+from ...errors import InputError
 from ...model.seeded_weights import default_threads, seeded_tensor
 from ...model.synthetic import WEIGHT_STD, parameter_shapes, synthetic_config
 from ...model.synthetic_presets import PRESETS
@@ -51,21 +52,20 @@ def _fill_all(shapes: dict[str, tuple[int, ...]], workers: int) -> tuple[float, 
 
 def main(argv: list[str] | None = None) -> int:
     """Print one line per process count; 1 when the bytes differ, 2 on bad input."""
-    args = _parser().parse_args(argv)
-    try:
-        workers = default_threads() if args.workers is None else args.workers
-        if args.blocks < 1 or workers < 1:
-            raise InputError("bench seeded: --blocks and --workers must be >= 1")
-        shapes = block_matrices(args.preset, args.blocks)
-        if not shapes:
-            raise InputError(f"bench seeded: preset {args.preset!r} has no block 0")
-        _fill_all(shapes, workers)  # starts the worker processes once, outside the timing
-        count = sum(r * c for r, c in shapes.values())
-        one, one_digest = _fill_all(shapes, 1)
-        many, many_digest = _fill_all(shapes, workers)
-    except Int8AlibiError as exc:
-        print(f"int8alibi: {exc}", file=sys.stderr)
-        return 2
+    return refusing("seeded", _bench, _parser().parse_args(argv))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    workers = default_threads() if args.workers is None else args.workers
+    if args.blocks < 1 or workers < 1:
+        raise InputError("--blocks and --workers must be >= 1")
+    shapes = block_matrices(args.preset, args.blocks)
+    if not shapes:
+        raise InputError(f"preset {args.preset!r} has no block 0")
+    _fill_all(shapes, workers)  # starts the worker processes once, outside the timing
+    count = sum(r * c for r, c in shapes.values())
+    one, one_digest = _fill_all(shapes, 1)
+    many, many_digest = _fill_all(shapes, workers)
     print(f"int8alibi bench seeded: preset {args.preset}, {args.blocks} block(s), {len(shapes)} matrices, "
           f"{count:,} weights")
     print("| processes | seconds | M weights / s | speed-up over 1 process |")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| 1 | {one:.3f} | {count / one / 1e6:.0f} | 1.00 |")
     print(f"| {workers} | {many:.3f} | {count / many / 1e6:.0f} | {one / many:.2f} |")
     if one_digest != many_digest:
-        print("int8alibi: bench seeded: the worker processes wrote different bytes from one process", file=sys.stderr)
+        print("int8alibi bench seeded: the worker processes wrote different bytes from one process", file=sys.stderr)
         return 1
     print(f"bytes identical (sha256 {one_digest[:16]}...)")
     return 0
