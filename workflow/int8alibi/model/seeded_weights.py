@@ -201,14 +201,13 @@ class _Shared:
             raise
         finally:
             os.close(fd)
-        self.size, self.linked = size, True
+        self.linked = True
 
     def unlink(self) -> None:
         """Remove the name once every worker has mapped the file (the maps keep it)."""
         if self.linked:
             os.unlink(self.path)
             self.linked = False
-
 
 
 class _Workers:

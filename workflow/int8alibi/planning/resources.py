@@ -46,7 +46,7 @@ from typing import Any, Mapping
 
 from ..campaign_budget import MEMORY_SHARE
 from ..errors import Int8AlibiError
-from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, TOKENS_REGIMES, Workload, operand_bytes, stage_work
+from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, Workload, operand_bytes, stage_work
 from ..model.size import ModelSize, model_size
 
 MIB = 1 << 20
@@ -61,6 +61,7 @@ WHOLE_DEVICE_MB = 1 << 30  # more than any device: Snakemake caps it at the prof
 TOKENS_LOGIT_BYTES = 7
 TOKENS_CONTROL_COPIES = 4  # arm A, arm B, arm A again, the injection's fault-free reference
 BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH_ARMS)
+CAMPAIGN_REGIMES = 2  # a campaign cell per regime (faults.pipeline.REGIMES): cells_per_layer counts both
 PRIORITY = {"tokens": 2, "capture": 2, "prediction": 2, "compare": 2, "faults": 2, "faults_shard": 2,
             "prefill_decode": 1, "perplexity": 1}
 RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
@@ -125,7 +126,7 @@ def rule_priority(rule: str, device: str) -> int:
 def tokens_batch_copies(load: Workload) -> int:
     """Copies of a window in tokens' largest batch: the controls and every injection cell of one
     regime that runs with them (the campaign's cells of a regime, less the two both-arms faults)."""
-    return TOKENS_CONTROL_COPIES + load.cells_per_layer // TOKENS_REGIMES - BOTH_ARMS_CELLS
+    return TOKENS_CONTROL_COPIES + load.cells_per_layer // CAMPAIGN_REGIMES - BOTH_ARMS_CELLS
 
 
 def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str, device_mb: int | None = None) -> int:
