@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from int8alibi.arith import INT32_PRODUCT_BOUND, exact_accumulator, int32_bound_holds, wrap_int32
+from int8alibi.arith import INT32_PRODUCT_BOUND, exact_accumulator, exact_int32, int32_bound_holds, wrap_int32
 from int8alibi.errors import InputError
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
@@ -149,3 +149,101 @@ def test_one_float32_matmul_beyond_the_boundary_would_not_be_exact() -> None:
     assert float(torch.tensor(exact_big, dtype=torch.float32)) != exact_big
     assert int(exact_accumulator(big, big, path="fp32")) == exact_big
     assert int(exact_accumulator(a, w, path="fp32")) == exact
+
+
+def test_numpy_blas_follows_torchs_thread_count_and_falls_back_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU chunk products run in numpy's OpenBLAS at torch's intra-op thread count (more threads
+    than the job was given would fight side-by-side jobs for cores); without that BLAS, torch's
+    matmul gives the same integers."""
+    import ctypes
+
+    from int8alibi.arith import accumulate
+
+    blas = accumulate._numpy_blas()
+    if blas is None:
+        pytest.skip("not applicable: this numpy is not built on scipy-openblas")
+    get_threads = next(getattr(blas.library, f"scipy_openblas_get_num_threads{suffix}")
+                       for suffix in ("64_", "") if hasattr(blas.library, f"scipy_openblas_get_num_threads{suffix}"))
+    get_threads.restype = ctypes.c_int
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randint(-128, 128, (9, 1024), generator=gen, dtype=torch.int8)
+    w = torch.randint(-128, 128, (6, 1024), generator=gen, dtype=torch.int8)
+    a[0], w[0] = -128, -128  # one partial sum reaches 2**24 exactly
+    reference = a.to(torch.int64) @ w.to(torch.int64).T
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(exact_accumulator(a, w, path="fp32"), reference)
+            assert get_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setattr(accumulate, "_numpy_blas", lambda: None)
+    assert torch.equal(exact_accumulator(a, w, path="fp32"), reference)
+    assert torch.equal(exact_accumulator(a, w, path="int64", chunk=100), reference)
+
+
+def _saturating_pairs(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """A kernel that adds u8(a+128)·s8(w) products in pairs saturated to int16 (AVX2's vpmaddubsw),
+    then removes the shift: what oneDNN does on CPUs without VNNI."""
+    u = a_q.to(torch.int64) + 128
+    w = w_q.to(torch.int64)
+    k = a_q.shape[1] - a_q.shape[1] % 2
+    pairs = (u[:, None, 0:k:2] * w[None, :, 0:k:2] + u[:, None, 1:k:2] * w[None, :, 1:k:2]).clamp(-32768, 32767)
+    tail = u[:, None, k:] * w[None, :, k:]
+    return (pairs.sum(-1) + tail.sum(-1) - 128 * w.sum(1)[None, :]).to(torch.int32)
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_onednn_int8_sums_are_used_only_where_proven_exact(inference: bool) -> None:
+    """On this CPU oneDNN's int8 GEMM either proves exact for a shape (and then gives the exact sums,
+    inside inference mode too) or is not used; the accumulator is exact either way."""
+    from int8alibi.arith import accumulate
+
+    gen = torch.Generator().manual_seed(13)
+    onednn = accumulate._OneDnnInt8()
+    with torch.inference_mode(inference):
+        for m, n, k in ((1, 576, 576), (1, 192, 1536), (37, 64, 1000), (128, 1536, 576)):
+            a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+            w = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
+            a[0], w[-1] = 127, -128
+            reference = (a.double() @ w.double().T).to(torch.int64)
+            got = onednn.product(a, w)
+            assert (got is None) == (not onednn._exact[(m, n, k)])
+            if got is not None:
+                assert got.dtype == torch.int32 and torch.equal(got.to(torch.int64), reference)
+            assert torch.equal(exact_accumulator(a, w), reference)
+            assert torch.equal(exact_int32(a, w).to(torch.int64), reference)
+
+
+def test_a_saturating_int8_kernel_fails_the_proof_and_the_float_route_takes_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from int8alibi.arith import accumulate
+
+    onednn = accumulate._OneDnnInt8()
+    monkeypatch.setattr(onednn, "_int_mm", _saturating_pairs)
+    monkeypatch.setattr(accumulate, "_ONEDNN", onednn)
+    a = torch.full((2, 64), 127, dtype=torch.int8)
+    assert not torch.equal(_saturating_pairs(a, a).long(), torch.full((2, 2), 127 * 127 * 64))  # it does saturate
+    assert onednn.product(a, a) is None and onednn._exact == {(2, 2, 64): False}
+    assert torch.equal(exact_accumulator(a, a), torch.full((2, 2), 127 * 127 * 64))
+    assert torch.equal(exact_int32(a, a), torch.full((2, 2), 127 * 127 * 64, dtype=torch.int32))
+
+
+def test_onednn_limited_to_avx2_is_refused_on_this_host() -> None:
+    """The real library: oneDNN held to AVX2 (no VNNI) saturates, and the proof refuses it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from int8alibi.arith import accumulate as A; "
+            "print(A._OneDnnInt8()._proven(1, 576, 576), A._OneDnnInt8()._proven(128, 1536, 576))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_exact_int32_refuses_depths_where_int32_could_wrap() -> None:
+    a = torch.zeros(1, 2**17, dtype=torch.int8)
+    with pytest.raises(InputError, match="too deep"):
+        exact_int32(a, a)

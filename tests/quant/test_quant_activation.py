@@ -87,3 +87,16 @@ def test_cuda_gives_the_same_bytes_as_cpu():
     a_gpu, s_gpu = quantize_per_token(x.cuda())
     assert torch.equal(a_gpu.cpu(), a_cpu)
     assert torch.equal(s_gpu.cpu().view(torch.int32), s_cpu.view(torch.int32))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("where", [(0, 0), (2, 3), (1, 1)])
+def test_any_non_finite_element_is_refused_wherever_it_sits(bad: float, where: tuple[int, int]) -> None:
+    """The check reads each row's absmax, which a NaN (amax propagates it) or an infinity makes non-finite,
+    beside rows of the largest finite bf16 values."""
+    x = torch.full((3, 4), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)
+    x[where] = bad
+    with pytest.raises(InputError, match="1 non-finite"):
+        quantize_per_token(x)
+    with pytest.raises(InputError, match="2 non-finite"):
+        quantize_per_token(torch.cat([x, torch.where(torch.arange(4) == 0, float("nan"), 1.0).bfloat16()[None]]))

@@ -90,6 +90,11 @@ def test_gate_passes_against_llm_compressors_checkpoint(made, tmp_path: Path):
     own = table[table.arm == "own"]
     assert set(table.gate) == {requant_gate.GATE_PASSED_TOOL} and len(own) == 14 and own.bytes_equal.all()
     assert own.reference.str.startswith("llm-compressor 0.14.0.1 (compressed-tensors 0.19.0").all()
+    # the reference is named inside the results folder, not by where that folder lies
+    where = f": <results>/{manifest.parent.name}/checkpoint (files sha256 "
+    assert own.reference.str.contains(where, regex=False).all()
+    assert not own.reference.str.contains(str(tmp_path), regex=False).any()
+    assert not own.reference.str.contains(str(manifest.parent.parent), regex=False).any()
     extra = json.loads((out / "manifest.json").read_text())["extra"]
     assert extra["reference"]["kind"] == "llm-compressor" and extra["reference"]["tool"]["versions"]["llmcompressor"]
     assert extra["division_statistics"]["f32_division_differing"] > 0

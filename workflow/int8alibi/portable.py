@@ -9,7 +9,8 @@ moves float bytes. Rather than record that the bytes moved, every stage runs und
 * ``MKL_CBWR=COMPATIBLE``: MKL's conditional-numerical-reproducibility branch, the one code path
   MKL documents as giving identical results on every Intel and compatible (AMD) processor;
 * oneDNN switched off in torch (``torch.backends.mkldnn``), so no bf16 matmul takes a path that
-  exists only on some CPUs;
+  exists only on some CPUs (``arith.accumulate`` switches it on for one call, an int8 GEMM whose
+  integer sums it has proven exact for that shape on this CPU);
 * one intra-op thread in the stages that run the model's float forward pass (MKL's reproducible
   branch and ATen's parallel reductions depend on the thread count); Snakemake runs such jobs side
   by side instead.

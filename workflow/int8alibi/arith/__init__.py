@@ -4,11 +4,12 @@ Everything here decides on integers (bit fields, int64 sums), so the answers are
 and GPU; the rest of the project compares kernels against these answers.
 """
 
-from .accumulate import FP32_EXACT_DEPTH, FP64_EXACT_DEPTH, exact_accumulator, wrap_int32
+from .accumulate import FP32_EXACT_DEPTH, FP64_EXACT_DEPTH, exact_accumulator, exact_int32, wrap_int32
 from .bounds import (
     F32_EXACT_BOUND,
     F64_EXACT_BOUND,
     INT8_PRODUCT_MAX,
+    INT32_LIMIT,
     INT32_PRODUCT_BOUND,
     f32_exact,
     int32_bound_holds,
@@ -24,6 +25,7 @@ __all__ = [
     "F64_EXACT_BOUND",
     "FP32_EXACT_DEPTH",
     "FP64_EXACT_DEPTH",
+    "INT32_LIMIT",
     "INT32_PRODUCT_BOUND",
     "INT8_PRODUCT_MAX",
     "bf16",
@@ -31,6 +33,7 @@ __all__ = [
     "bf16_round",
     "compare_bf16",
     "exact_accumulator",
+    "exact_int32",
     "f32_exact",
     "int32_bound_holds",
     "is_pow2",

@@ -3,15 +3,20 @@
 Products of int8 values are integers of magnitude <= 2**14, so a float64 sum of at most
 2**53 / 2**14 = 2**39 of them is an integer below 2**53 at every step: exact in any summation
 order, on any BLAS. Deeper reductions are cut into such chunks, each converted to int64 and summed
-in int64 (CUDA has no int64 matmul).
+in int64 (CUDA has no int64 matmul). Exact sums are the same integers on any library, so the CPU
+takes the fastest exact route it can prove (``_OneDnnInt8``, ``_NumpyBlas``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import weakref
 from collections import OrderedDict
+from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
 from ..errors import InputError
@@ -76,16 +81,110 @@ class _WideWeights:
 _WEIGHTS = _WideWeights()
 
 
+class _NumpyBlas:
+    """numpy's bundled OpenBLAS, held to torch's intra-op thread count.
+
+    The chunk products here are exact, so any BLAS gives the same integers in any order; torch's
+    CPU GEMM runs on MKL's reproducible branch (``int8alibi.portable``), which float sums need and
+    exact ones do not, and is two to three times slower there. OpenBLAS would otherwise start one
+    thread per core in every process, and side-by-side jobs would fight over the cores.
+    """
+
+    def __init__(self, library: ctypes.CDLL, suffix: str) -> None:
+        self.library = library
+        self._set_threads = getattr(library, f"scipy_openblas_set_num_threads{suffix}")
+        self._set_threads.argtypes, self._set_threads.restype = [ctypes.c_int], None
+        self._threads = 0
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if threads != self._threads:
+            self._set_threads(threads)
+            self._threads = threads
+        return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
+
+
+@functools.cache
+def _numpy_blas() -> _NumpyBlas | None:
+    """numpy's OpenBLAS (the wheels' scipy-openblas), or None where numpy was built otherwise."""
+    for path in sorted((Path(np.__file__).parent.parent / "numpy.libs").glob("libscipy_openblas*.so*")):
+        library = ctypes.CDLL(str(path))  # already loaded by numpy: the same library, not a second copy
+        for suffix in ("64_", ""):  # the 64-bit-integer build's symbols, then the 32-bit one's
+            if hasattr(library, f"scipy_openblas_set_num_threads{suffix}"):
+                return _NumpyBlas(library, suffix)
+    return None
+
+
+class _OneDnnInt8:
+    """oneDNN's int8 GEMM (``torch._int_mm`` with oneDNN switched on for that call alone), used for
+    a shape only once it gave the exact sums on extreme and on random operands of that shape.
+
+    Where the CPU has VNNI its int32 sums are exact and about ten times faster than any float
+    route. Without VNNI oneDNN adds u8·s8 product pairs in int16 with saturation: measured wrong
+    on random operands under ``ONEDNN_MAX_CPU_ISA=AVX2``. The extreme operands expose any such
+    kernel: all-127 activations (oneDNN's u8 255) against all-127 or all-(-128) weights make every
+    pair, partial and final sum as large as int8 allows, so a kernel that saturates or wraps
+    anywhere fails them. oneDNN stays off for every other operation (``int8alibi.portable``).
+    """
+
+    def __init__(self) -> None:
+        self._exact: dict[tuple[int, int, int], bool] = {}
+
+    def product(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor | None:
+        """The exact int32 ``a_q @ w_q.T``, or None where this shape is not proven exact here."""
+        shape = (a_q.shape[0], w_q.shape[0], a_q.shape[1])
+        if shape not in self._exact:
+            self._exact[shape] = self._proven(*shape)
+        return self._int_mm(a_q, w_q) if self._exact[shape] else None
+
+    @staticmethod
+    def _int_mm(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+        before = torch._C._get_mkldnn_enabled()
+        torch._C._set_mkldnn_enabled(True)
+        try:
+            return torch._int_mm(a_q.contiguous(), w_q.T)
+        finally:
+            torch._C._set_mkldnn_enabled(before)
+
+    def _proven(self, m: int, n: int, k: int) -> bool:
+        if m == 0 or n == 0 or k == 0 or INT8_PRODUCT_MAX * k >= INT32_LIMIT:
+            return False
+        gen = torch.Generator().manual_seed(m * 1_000_003 + n * 1_009 + k)
+        cases = [(torch.full((m, k), a_value, dtype=torch.int8), torch.full((n, k), w_value, dtype=torch.int8))
+                 for a_value, w_value in ((127, 127), (127, -128), (-128, 127), (-128, -128))]
+        cases.append((torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8),
+                       torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)))
+        for a, w in cases:
+            try:
+                got = self._int_mm(a, w)
+            except RuntimeError:  # a torch built without oneDNN, or a shape its CPU kernel refuses
+                return False
+            # float64 sums of int8 products are exact at every depth int32 allows (2**31 < 2**53)
+            if not torch.equal(got.to(torch.int64), _exact_matmul(a.double(), w.double().T).to(torch.int64)):
+                return False
+        return True
+
+
+_ONEDNN = _OneDnnInt8()
+
+
+def _exact_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for integer-valued floats whose every partial sum is exactly representable: on the
+    CPU through numpy's OpenBLAS where there is one (``_NumpyBlas``), elsewhere torch's."""
+    blas = _numpy_blas() if a.device.type == "cpu" else None
+    return a @ b if blas is None else blas.matmul(a, b)
+
+
 def _chunked_product(a_q: torch.Tensor, w_q: torch.Tensor, dtype: torch.dtype, chunk: int) -> torch.Tensor:
     """Sum of exact per-chunk matmuls in ``dtype`` (each chunk's partial sums stay exactly
     representable: K-chunk * 2**14 <= 2**24 for float32, <= 2**53 for float64), summed in int64."""
     a_wide, w_wide = a_q.to(dtype), _WEIGHTS.get(w_q, dtype)
     k = a_q.shape[1]
     if k <= chunk:
-        return (a_wide @ w_wide.T).to(torch.int64)
+        return _exact_matmul(a_wide, w_wide.T).to(torch.int64)
     acc = torch.zeros(a_q.shape[0], w_q.shape[0], dtype=torch.int64, device=a_q.device)
     for start in range(0, k, chunk):
-        acc += (a_wide[:, start:start + chunk] @ w_wide[:, start:start + chunk].T).to(torch.int64)
+        acc += _exact_matmul(a_wide[:, start:start + chunk], w_wide[:, start:start + chunk].T).to(torch.int64)
     return acc
 
 
@@ -117,11 +216,25 @@ def exact_accumulator(
         raise InputError(f"exact_accumulator: chunk={chunk} outside [1, {FP64_EXACT_DEPTH}] (float64 exactness)")
     if path == "fp64" and k > FP64_EXACT_DEPTH:
         raise InputError(f"exact_accumulator: K={k} too deep for one exact float64 matmul (max {FP64_EXACT_DEPTH})")
+    if path == "auto" and a_q.device.type == "cpu":
+        exact = _ONEDNN.product(a_q, w_q)
+        if exact is not None:
+            return exact.to(torch.int64)
     if path == "fp32" or (path == "auto" and _fp32_exact_here(a_q.device)):
         return _chunked_product(a_q, w_q, torch.float32, FP32_EXACT_DEPTH)
     if path == "fp64" or (path == "auto" and k <= FP64_EXACT_DEPTH):
         return _chunked_product(a_q, w_q, torch.float64, FP64_EXACT_DEPTH)
     return _chunked_product(a_q, w_q, torch.float64, chunk)
+
+
+def exact_int32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
+    """``exact_accumulator`` as int32, at depths where no int8 sum can leave int32 (16384·K < 2**31);
+    on the CPU oneDNN's int32 sums themselves where they are proven exact (``_OneDnnInt8``)."""
+    _check_operands(a_q, w_q)
+    if INT8_PRODUCT_MAX * a_q.shape[1] >= INT32_LIMIT:
+        raise InputError(f"exact_int32: K={a_q.shape[1]} is too deep for every int8 sum to fit int32")
+    exact = _ONEDNN.product(a_q, w_q) if a_q.device.type == "cpu" else None
+    return exact if exact is not None else exact_accumulator(a_q, w_q).to(torch.int32)
 
 
 def wrap_int32(acc: torch.Tensor, *, bound: int | None = None) -> torch.Tensor:

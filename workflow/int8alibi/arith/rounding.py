@@ -46,19 +46,21 @@ def bf16_round(x: torch.Tensor, mode: RoundingMode = "rne") -> torch.Tensor:
 
 
 def _round_float32(x: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
+    # On the signed bits: an arithmetic shift keeps the sign, so the upper half is the truncated
+    # bf16 already, and every value stays within int16 once shifted (no cast wraps).
     bits = x.view(torch.int32)
-    sign = bits < 0
-    magnitude = bits & 0x7FFFFFFF
+    upper = bits >> _DROPPED_F32
     if mode == "rne":
-        finite = magnitude.clamp(max=_F32_INF)  # NaNs are replaced below; keep the addition in range
-        odd = (finite >> _DROPPED_F32) & 1
         # Adding just under half (plus one when the kept part is odd) carries exactly when the
         # dropped bits are above half, or at half with an odd kept part; overflow carries to inf.
-        rounded = (finite + ((1 << (_DROPPED_F32 - 1)) - 1) + odd) >> _DROPPED_F32
+        # NaNs are replaced below; the clamp keeps a positive NaN's addition within int32.
+        rounded = (bits.clamp(max=_F32_INF) + ((upper & 1) + ((1 << (_DROPPED_F32 - 1)) - 1))) >> _DROPPED_F32
     else:
-        rounded = magnitude >> _DROPPED_F32  # the largest finite float32 truncates to bf16's largest
-    nan = (magnitude >> _DROPPED_F32) | _BF16_QUIET
-    return assemble(sign, torch.where(magnitude > _F32_INF, nan, rounded), BFLOAT16)
+        rounded = upper  # truncation: the largest finite float32 truncates to bf16's largest
+    nan = torch.isnan(x)
+    if x.device.type != "cpu" or bool(nan.any()):  # on the CPU the check is cheaper than the where
+        rounded = torch.where(nan, upper | _BF16_QUIET, rounded)
+    return rounded.to(torch.int16).view(torch.bfloat16)
 
 
 def _round_general(x: torch.Tensor, fmt: FloatFormat, mode: RoundingMode) -> torch.Tensor:

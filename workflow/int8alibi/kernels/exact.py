@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from ..arith import bf16_round, exact_accumulator, wrap_int32
+from ..arith import INT8_PRODUCT_MAX, INT32_LIMIT, bf16_round, exact_accumulator, exact_int32, wrap_int32
 from .base import arm_evidence, as_device, check_device, check_operands, check_pair
 
 EpilogueOrder = Literal["cutlass", "triton"]
@@ -34,7 +34,8 @@ def epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor, order: Epi
         y = s_a[:, None] * (s_w[None, :] * acc_f32)
     else:
         y = s_w[None, :] * (s_a[:, None] * acc_f32)
-    y = torch.where(torch.isnan(y), _gpu_nan(y.device), y)
+    if y.device.type != "cpu" or bool(torch.isnan(y).any()):  # on the CPU the check is cheaper than the where
+        y = torch.where(torch.isnan(y), _gpu_nan(y.device), y)
     return bf16_round(y, "rne")
 
 
@@ -44,7 +45,10 @@ def _gpu_nan(device: torch.device) -> torch.Tensor:
 
 
 def kernel_accumulator(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-    """The int32 accumulator: the exact sum, wrapped to int32 where it does not fit (see module doc)."""
+    """The int32 accumulator: the exact sum, wrapped to int32 where it does not fit (see module doc).
+    Every int8 product is at most 2**14 in magnitude, so below K = 2**17 nothing can wrap."""
+    if INT8_PRODUCT_MAX * a_q.shape[1] < INT32_LIMIT:
+        return exact_int32(a_q, w_q)
     return wrap_int32(exact_accumulator(a_q, w_q))
 
 

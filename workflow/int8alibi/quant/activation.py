@@ -24,10 +24,10 @@ def quantize_per_token(x: torch.Tensor, *, what: str = "activations") -> tuple[t
         got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise InputError(f"{what}: expected a 2-D floating tensor [M,K], got {got}")
     xf = x.float()
-    if not bool(torch.isfinite(xf).all()):
+    absmax = xf.abs().amax(dim=1)
+    if not bool(torch.isfinite(absmax).all()):  # amax propagates NaN: a row is finite iff its absmax is
         raise InputError(f"{what}: {int((~torch.isfinite(xf)).sum())} non-finite element(s); "
                          "no int8 scale represents them")
-    absmax = xf.abs().amax(dim=1)
     divisor = torch.full_like(absmax, SCALE_DIVISOR)
     s_a = absmax / divisor
     inverse = torch.where(absmax == 0, torch.zeros_like(absmax), divisor / absmax)

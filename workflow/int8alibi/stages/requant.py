@@ -136,7 +136,9 @@ def tool_reference(manifest_path: Path | str) -> Reference:
         raise InputError(f"{folder}: files differ from those its manifest {manifest_path} records; "
                          "rerun the reference stage")
     digest = listing_digest(present)
-    return Reference("llm-compressor", folder, f"{tool['describe']}: {folder} (files sha256 {digest[:16]})",
+    # named within the results folder, so the gate table's bytes do not depend on where that folder is
+    where = f"<results>/{manifest_path.parent.name}/{REFERENCE_CHECKPOINT_DIR}"
+    return Reference("llm-compressor", folder, f"{tool['describe']}: {where} (files sha256 {digest[:16]})",
                      {"kind": "llm-compressor", "path": str(folder), "sha256": digest, "tool": tool})
 
 
