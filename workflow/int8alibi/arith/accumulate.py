@@ -202,11 +202,12 @@ def exact_accumulator(
 ) -> torch.Tensor:
     """``a_q[M,K] · w_q[N,K]ᵀ`` as exact int64 [M,N], on the operands' device.
 
-    ``auto`` takes, on the CPU, float32 matmuls over K-chunks of at most 2**10 (each exact, the
-    chunks summed in int64: two to three times faster than float64 there); elsewhere one float64
-    matmul while K*16384 <= 2**53 and the chunked int64 path beyond. ``int64`` forces the chunked
-    float64 path with ``chunk`` columns per matmul (at most 2**39), ``fp32`` the float32 one, so
-    every path can be checked against the others at depths where they apply.
+    ``auto`` takes, on the CPU, oneDNN's int32 sums where proven exact for the shape
+    (``_OneDnnInt8``), else float32 matmuls over K-chunks of at most 2**10 (each exact, the chunks
+    summed in int64: two to three times faster than float64 there); elsewhere one float64 matmul
+    while K*16384 <= 2**53 and the chunked int64 path beyond. ``int64`` forces the chunked float64
+    path with ``chunk`` columns per matmul (at most 2**39), ``fp32`` the float32 one, so every path
+    can be checked against the others at depths where they apply.
     """
     _check_operands(a_q, w_q)
     k = a_q.shape[1]
@@ -220,9 +221,14 @@ def exact_accumulator(
         exact = _ONEDNN.product(a_q, w_q)
         if exact is not None:
             return exact.to(torch.int64)
+    return _float_route(a_q, w_q, path, chunk)
+
+
+def _float_route(a_q: torch.Tensor, w_q: torch.Tensor, path: AccumulatorPath, chunk: int) -> torch.Tensor:
+    """The exact sums through float matmuls (``exact_accumulator``'s paths, checked there)."""
     if path == "fp32" or (path == "auto" and _fp32_exact_here(a_q.device)):
         return _chunked_product(a_q, w_q, torch.float32, FP32_EXACT_DEPTH)
-    if path == "fp64" or (path == "auto" and k <= FP64_EXACT_DEPTH):
+    if path == "fp64" or (path == "auto" and a_q.shape[1] <= FP64_EXACT_DEPTH):
         return _chunked_product(a_q, w_q, torch.float64, FP64_EXACT_DEPTH)
     return _chunked_product(a_q, w_q, torch.float64, chunk)
 
@@ -234,7 +240,7 @@ def exact_int32(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
     if INT8_PRODUCT_MAX * a_q.shape[1] >= INT32_LIMIT:
         raise InputError(f"exact_int32: K={a_q.shape[1]} is too deep for every int8 sum to fit int32")
     exact = _ONEDNN.product(a_q, w_q) if a_q.device.type == "cpu" else None
-    return exact if exact is not None else exact_accumulator(a_q, w_q).to(torch.int32)
+    return exact if exact is not None else _float_route(a_q, w_q, "auto", FP64_EXACT_DEPTH).to(torch.int32)
 
 
 def wrap_int32(acc: torch.Tensor, *, bound: int | None = None) -> torch.Tensor:
