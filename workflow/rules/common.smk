@@ -132,9 +132,9 @@ except Int8AlibiError as exc:
 
 
 def rule_priority(rule):
-    """The rule's `priority:` (int8alibi.planning.resources.rule_priority): on a CUDA run the longest
-    chains start first; a CPU run keeps Snakemake's order."""
-    return _rule_priority(rule, "cuda" if use_gpu(RUN) else "cpu")
+    """The rule's `priority:` (int8alibi.planning.resources.rule_priority): the longest chains start
+    first when requant finishes, ahead of the sixteen short generate jobs."""
+    return _rule_priority(rule)
 
 
 def save_plan_caches():
@@ -156,8 +156,9 @@ def stage_params(stage, environment=None):
 
 
 def stage_threads(stage):
-    """The rule's `threads:` (int8alibi.planning.stage_needs): one where the stage runs the model's float
-    forward pass on one intra-op thread for portable bytes, so Snakemake runs such jobs side by side."""
+    """The rule's `threads:` (int8alibi.planning.stage_needs.StageNeeds.threads): one where the stage
+    sums floats on the host (a forward pass, float statistics) on one intra-op thread for portable
+    bytes, so Snakemake runs such jobs side by side."""
     return STAGES[stage].threads
 
 

@@ -59,16 +59,28 @@ def quantized_linears(model: nn.Module) -> list[LayerRef]:
     architecture cannot silently be quantized in part. Modules already swapped for W8A8 count.
     """
     refs = [ref for name, _ in model.named_modules() if (ref := parse_layer_name(name)) is not None]
+    return _complete(refs, type(model).__name__)
+
+
+def quantized_linears_stored(tensor_names: list[str] | set[str], what: str) -> list[LayerRef]:
+    """``quantized_linears`` of the model whose stored tensors are ``tensor_names`` (a projection is
+    stored as ``<module path>.weight``), read from the names alone; ``what`` names the files."""
+    refs = [ref for name in tensor_names
+            if name.endswith(".weight") and (ref := parse_layer_name(name[:-len(".weight")])) is not None]
+    return _complete(refs, what)
+
+
+def _complete(refs: list[LayerRef], what: str) -> list[LayerRef]:
     if not refs:
-        raise InputError(f"{type(model).__name__}: no decoder projections (layers.<i>.self_attn.q_proj, ...) found")
+        raise InputError(f"{what}: no decoder projections (layers.<i>.self_attn.q_proj, ...) found")
     refs.sort(key=lambda r: r.order)
     blocks = sorted({r.block for r in refs})
     if blocks != list(range(len(blocks))):
-        raise InputError(f"{type(model).__name__}: decoder blocks are not numbered 0..{len(blocks) - 1}: {blocks[:5]}...")
+        raise InputError(f"{what}: decoder blocks are not numbered 0..{len(blocks) - 1}: {blocks[:5]}...")
     for block in blocks:
         have = {r.proj for r in refs if r.block == block}
         if have != set(PROJECTIONS):
-            raise InputError(f"{type(model).__name__}: block {block} lacks {sorted(set(PROJECTIONS) - have)}")
+            raise InputError(f"{what}: block {block} lacks {sorted(set(PROJECTIONS) - have)}")
     return refs
 
 

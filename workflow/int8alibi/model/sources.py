@@ -34,7 +34,7 @@ from ..provenance.chain import verify_input
 from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
 from ..provenance.parquet import read_table
 from .layers import quantized_linears
-from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file, gguf_tokenizer
+from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file, gguf_parsed_once, gguf_tokenizer
 from .portable import make_portable
 
 PARENT_DIR = "parent"
@@ -275,10 +275,11 @@ def _load_gguf(package: str) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
 
     gguf = gguf_package_file(package)
     try:
-        loaded: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                           output_loading_info=True)
-        model, loading = loaded
-        tokenizer = gguf_tokenizer(package)
+        with gguf_parsed_once():
+            loaded: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                               output_loading_info=True)
+            model, loading = loaded
+            tokenizer = gguf_tokenizer(package)
     except Exception as exc:  # the gguf reader and transformers raise many types for a bad file
         raise InputError(f"{gguf}: not a loadable GGUF model ({type(exc).__name__}: {str(exc)[:300]})") from exc
     _check_loading_info(gguf, {}, loading)
@@ -332,6 +333,15 @@ def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | Non
     ``expect`` = (source, origin) the caller's config names; a record made from anything else
     is refused, so a stale saved parent is never used for a different model.
     """
+    parent, info = verified_parent(model_stage_dir, expect)
+    model, tokenizer = load_hf_dir(parent) if with_tokenizer else (load_hf_model(parent), None)
+    return model, tokenizer, info
+
+
+def verified_parent(model_stage_dir: str | Path, expect: tuple[str, str] | None = None) -> tuple[Path, ParentInfo]:
+    """``<dir>/parent`` and its record, once every file there is the one ``<dir>/parent.parquet``
+    records (the model stage wrote them after loading, saving, reloading and comparing them), for a
+    reader of the files themselves; ``expect`` as in ``load_saved_parent``."""
     stage = Path(model_stage_dir)
     table_path, parent = stage / PARENT_TABLE, stage / PARENT_DIR
     table, info = _parent_record(table_path, expect)
@@ -340,8 +350,7 @@ def load_saved_parent(model_stage_dir: str | Path, expect: tuple[str, str] | Non
     if present != recorded:
         differing = sorted(set(present) ^ set(recorded)) or sorted(k for k in recorded if present.get(k) != recorded[k])
         raise InputError(f"{parent}: files differ from {table_path} (first: {differing[:3]})")
-    model, tokenizer = load_hf_dir(parent) if with_tokenizer else (load_hf_model(parent), None)
-    return model, tokenizer, info
+    return parent, info
 
 
 def _parent_record(table_path: Path, expect: tuple[str, str] | None) -> tuple[pd.DataFrame, ParentInfo]:

@@ -24,12 +24,11 @@ at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHAR
 device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
 device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
-On a CUDA run ``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the
-analysis chain, prefill_decode), ahead of the sixteen short generate jobs that would otherwise fill
-the device. A CPU run keeps Snakemake's own order (``rule_priority`` gives 0): there the cores are
-the limit, the DAG's wall time is its summed job seconds over the cores (~90% busy either way on 2
-cores), and a two-thread analysis job put first only waits while one-thread jobs take each core
-that frees (seen on 2 cores: prediction, compare and faults ran last).
+``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the analysis chain,
+prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
+device or the cores and leave a chain to run last, alone. The analysis chain takes one thread
+(``stage_needs.StageNeeds.pinned``), so on a CPU it runs beside the forward jobs from the moment
+capture finishes.
 
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
@@ -118,9 +117,9 @@ def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faul
     return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=device_memory_mb(rule, size, load, device, device_mb))
 
 
-def rule_priority(rule: str, device: str) -> int:
-    """The rule's ``priority:`` on a run on ``device`` (see the module doc)."""
-    return PRIORITY.get(rule, 0) if device == "cuda" else 0
+def rule_priority(rule: str) -> int:
+    """The rule's ``priority:`` (see the module doc)."""
+    return PRIORITY.get(rule, 0)
 
 
 def tokens_batch_copies(load: Workload) -> int:

@@ -35,12 +35,21 @@ class StageNeeds:
     sources: tuple[str, ...] = ()
     forward: bool = False
     cpu_threads: int = 2
+    float_statistics: bool = False  # sums float64 statistics of layer outputs on the host
+
+    @property
+    def pinned(self) -> bool:
+        """Whether torch runs on ``portable.FORWARD_THREADS`` intra-op threads: a float forward pass
+        or float statistics, whose sums are split by thread and so give other bytes under another
+        thread count (compare's RMS columns did, at 1 thread against 2, on a 2-core CPU)."""
+        return self.forward or self.float_statistics
 
     @property
     def threads(self) -> int:
-        """The rule's ``threads:`` (a ceiling Snakemake caps to --cores). A forward stage runs torch on
-        ``portable.FORWARD_THREADS`` intra-op threads for portable bytes; Snakemake runs such jobs side by side."""
-        return FORWARD_THREADS if self.forward else self.cpu_threads
+        """The rule's ``threads:`` (a ceiling Snakemake caps to --cores): a pinned stage's one thread,
+        so Snakemake runs such jobs side by side (the analysis chain beside the forward jobs), else
+        ``cpu_threads``."""
+        return FORWARD_THREADS if self.pinned else self.cpu_threads
 
 
 _MODEL_RUN = ("model", "size_profile", "device", "arms", "exploratory")
@@ -51,9 +60,9 @@ STAGES: dict[str, StageNeeds] = {
     "reference": StageNeeds(),
     "requant": StageNeeds(("model", "device"), sources=("checkpoint",)),
     "capture": StageNeeds(("model", "size_profile", "corpus", "device", "arms"), sources=("corpus",), forward=True),
-    "prediction": StageNeeds(("device",)),
-    "compare": StageNeeds(("arms", "device", "exploratory")),
-    "faults": StageNeeds(("device", "exploratory")),
+    "prediction": StageNeeds(("device",), float_statistics=True),
+    "compare": StageNeeds(("arms", "device", "exploratory"), float_statistics=True),
+    "faults": StageNeeds(("device", "exploratory"), float_statistics=True),
     "generate": StageNeeds(("model", "size_profile", "device"), forward=True),
     "determinism": StageNeeds(("arms", "device", "exploratory"), cpu_threads=1),
     "prefill_decode": StageNeeds(_MODEL_RUN, forward=True),

@@ -122,7 +122,7 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """
     module = _module_name(run)
     stage = module.rsplit(".", 1)[-1]
-    forward = STAGES.get(stage, StageNeeds()).forward
+    pinned = STAGES.get(stage, StageNeeds()).pinned
     scope = read_scope(stage) if stage in STAGES else None  # None: no stage of the table (a test's function)
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if main_spec is not None and main_spec.name == module:  # this process was started as the stage
@@ -153,8 +153,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         if both:
             raise InputError(f"--input/--param {', '.join(both)}: given as both")
         _check_arguments(run, stage, {**inputs, **params})
-        portable.configure_torch(forward=forward)
-        portable.check_process(forward=forward)
+        portable.configure_torch(forward=pinned)
+        portable.check_process(forward=pinned)
         cfg: Config = load_config(args.config, args.set)
         if scope is not None:  # the stage reads only the keys its rule digests
             cfg = cfg.scoped(scope)

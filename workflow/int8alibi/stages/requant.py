@@ -39,8 +39,8 @@ from ..arith import is_pow2
 from ..arith.bits import bit_pattern
 from ..config import Config
 from ..errors import GateError, InputError, ProtocolError
-from ..model.layers import LayerRef, quantized_linears
-from ..model.sources import PARENT_DIR, PARENT_TABLE, describe_source, load_hf_model, load_saved_parent
+from ..model.layers import LayerRef, quantized_linears_stored
+from ..model.sources import PARENT_TABLE, describe_source, load_hf_model, verified_parent
 from ..provenance.atomic import temp_dir
 from ..provenance.hashing import listing_digest, tree_hashes
 from ..provenance.manifest import write_manifest
@@ -144,41 +144,43 @@ def tool_reference(manifest_path: Path | str) -> Reference:
 
 @dataclass
 class _Parent:
-    model: Any
     directory: Path
     config: dict[str, Any]
     layers: list[LayerRef]
-    other: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]  # layer name -> its bf16 weight
+    other: dict[str, torch.Tensor]  # every other stored tensor, by name
 
 
 def _open_parent(cfg: Config, parent: Path) -> _Parent:
-    """The parent from the model stage (its parent.parquet or folder) or from a plain HF directory."""
+    """The parent from the model stage (its parent.parquet or folder) or from a plain HF directory.
+
+    The model stage's parent is read from its safetensors files, once they are the ones its record
+    names (no model is built: the stage's files are the tensors it loaded and checked); a plain HF
+    directory is loaded as a model first, which checks every tensor against its config."""
     parent = Path(parent)
     stage_dir = parent.parent if parent.name == PARENT_TABLE else parent
     if (stage_dir / PARENT_TABLE).is_file():
-        model, _, _ = load_saved_parent(stage_dir, expect=describe_source(cfg), with_tokenizer=False)
-        directory = stage_dir / PARENT_DIR
+        directory, _ = verified_parent(stage_dir, expect=describe_source(cfg))
+        state = None
     else:
-        model = load_hf_model(parent)
         directory = parent
-    layers = quantized_linears(model)
-    quantized = {f"{r.name}.weight" for r in layers}
-    state = model.state_dict()
-    stored: list[str] = []
+        state = load_hf_model(parent).state_dict()
+    tensors: dict[str, torch.Tensor] = {}
     for file in sorted(directory.glob("*.safetensors")):
         with safe_open(str(file), framework="pt", device="cpu") as handle:
-            stored.extend(handle.keys())
-    missing = sorted(n for n in stored if n not in state)
-    if missing:
-        raise InputError(f"{directory}: stored tensor(s) {missing[:3]} are not in the loaded model")
-    other = {n: state[n] for n in sorted(stored) if n not in quantized}
+            for name in handle.keys():
+                if state is not None and name not in state:
+                    raise InputError(f"{directory}: stored tensor {name!r} is not in the loaded model")
+                tensors[name] = handle.get_tensor(name) if state is None else state[name]
+    layers = quantized_linears_stored(set(tensors), str(directory))
+    weights = {r.name: tensors.pop(f"{r.name}.weight") for r in layers}
     config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
-    return _Parent(model, directory, config, layers, other)
+    return _Parent(directory, config, layers, weights, dict(sorted(tensors.items())))
 
 
 def _weight(parent: _Parent, ref: LayerRef, device: torch.device) -> torch.Tensor:
     """One layer's bf16 weight on the device the rule is computed on (the same bytes on CPU and CUDA)."""
-    return parent.model.get_submodule(ref.name).weight.detach().to(device)
+    return parent.weights[ref.name].to(device)
 
 
 def _to_cpu(q: QuantizedWeight) -> QuantizedWeight:
