@@ -58,21 +58,21 @@ def test_check_process_names_every_setting_that_did_not_take_effect(monkeypatch:
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     with pytest.raises(InputError) as err:
-        portable.check_process(forward=True)
+        portable.check_process(pinned=True)
     message = str(err.value)
     for expected in ("MKL_CBWR is 'AUTO'", "AVX512 CPU kernels", "oneDNN is enabled", "2 intra-op threads"):
         assert expected in message
     monkeypatch.setenv(portable.SWITCH, "0")
-    portable.check_process(forward=True)  # switched off: nothing is required (and facts say so)
+    portable.check_process(pinned=True)  # switched off: nothing is required (and facts say so)
     assert portable.facts()["portable"] is False
 
 
-def test_threads_are_only_pinned_for_forward_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_are_only_pinned_for_pinned_stages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
-    portable.check_process(forward=False)
+    portable.check_process(pinned=False)
     with pytest.raises(InputError, match="intra-op threads"):
-        portable.check_process(forward=True)
+        portable.check_process(pinned=True)
 
 
 def test_the_pins_are_atens_baseline_and_mkls_compatible_branch() -> None:
@@ -85,7 +85,7 @@ def test_the_pins_are_atens_baseline_and_mkls_compatible_branch() -> None:
 def test_check_process_names_an_inherited_wrong_pin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     with pytest.raises(InputError, match="ATEN_CPU_CAPABILITY is 'avx2', not 'default'"):
-        portable.check_process(forward=False)
+        portable.check_process(pinned=False)
 
 
 # ------------------------------------------------------------------ re-executing a stage started by hand

@@ -72,19 +72,19 @@ def ensure_process(module: str, argv: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
-def configure_torch(*, forward: bool) -> None:
-    """In-process settings: oneDNN off; one intra-op thread in a pinned stage (``forward``: a float
-    forward pass or float statistics)."""
+def configure_torch(*, pinned: bool) -> None:
+    """In-process settings: oneDNN off; one intra-op thread in a ``pinned`` stage (a float forward
+    pass or float statistics)."""
     if not enabled():
         return
     import torch
 
     torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # a module flag torch types as a descriptor
-    if forward:
+    if pinned:
         torch.set_num_threads(FORWARD_THREADS)
 
 
-def check_process(*, forward: bool) -> None:
+def check_process(*, pinned: bool) -> None:
     """Stop unless every portable setting took effect in this process (InputError naming what did not)."""
     if not enabled():
         return
@@ -100,7 +100,7 @@ def check_process(*, forward: bool) -> None:
                         "(ATEN_CPU_CAPABILITY must be set before torch starts)")
     if torch.backends.mkldnn.enabled:
         problems.append("oneDNN is enabled in torch")
-    if forward and torch.get_num_threads() != FORWARD_THREADS:
+    if pinned and torch.get_num_threads() != FORWARD_THREADS:
         problems.append(f"torch uses {torch.get_num_threads()} intra-op threads, not {FORWARD_THREADS}")
     if problems:
         raise InputError("portable CPU settings not in force on this host: " + "; ".join(problems)

@@ -153,8 +153,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         if both:
             raise InputError(f"--input/--param {', '.join(both)}: given as both")
         _check_arguments(run, stage, {**inputs, **params})
-        portable.configure_torch(forward=pinned)
-        portable.check_process(forward=pinned)
+        portable.configure_torch(pinned=pinned)
+        portable.check_process(pinned=pinned)
         cfg: Config = load_config(args.config, args.set)
         if scope is not None:  # the stage reads only the keys its rule digests
             cfg = cfg.scoped(scope)
