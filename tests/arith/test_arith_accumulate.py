@@ -209,7 +209,10 @@ def test_onednn_int8_sums_are_used_only_where_proven_exact(inference: bool) -> N
             a[0], w[-1] = 127, -128
             reference = (a.double() @ w.double().T).to(torch.int64)
             got = onednn.product(a, w)
-            assert (got is None) == (not onednn._exact[(m, n, k)])
+            if accumulate._int8_dot_products():
+                assert (got is None) == (not onednn._exact[(m, n, k)])
+            else:  # no VNNI/AMX here: the route is never tried
+                assert got is None and not onednn._exact
             if got is not None:
                 assert got.dtype == torch.int32 and torch.equal(got.to(torch.int64), reference)
             assert torch.equal(exact_accumulator(a, w), reference)
@@ -221,6 +224,7 @@ def test_a_saturating_int8_kernel_fails_the_proof_and_the_float_route_takes_over
     from int8alibi.arith import accumulate
 
     onednn = accumulate._OneDnnInt8()
+    monkeypatch.setattr(accumulate, "_int8_dot_products", lambda: True)  # as on a VNNI host
     monkeypatch.setattr(onednn, "_int_mm", _saturating_pairs)
     monkeypatch.setattr(accumulate, "_ONEDNN", onednn)
     a = torch.full((2, 64), 127, dtype=torch.int8)
@@ -230,12 +234,63 @@ def test_a_saturating_int8_kernel_fails_the_proof_and_the_float_route_takes_over
     assert torch.equal(exact_int32(a, a), torch.full((2, 2), 127 * 127 * 64, dtype=torch.int32))
 
 
+def test_onednn_is_not_tried_on_a_cpu_without_int8_dot_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without VNNI/AMX oneDNN's int8 GEMM is never called (not even proven): the float route gives
+    the exact sums, including the extreme ones."""
+    from int8alibi.arith import accumulate
+
+    def refuse(*_: object) -> torch.Tensor:
+        raise AssertionError("oneDNN's int8 GEMM was called on a CPU without int8 dot products")
+
+    onednn = accumulate._OneDnnInt8()
+    monkeypatch.setattr(accumulate, "_int8_dot_products", lambda: False)
+    monkeypatch.setattr(onednn, "_int_mm", refuse)
+    monkeypatch.setattr(accumulate, "_ONEDNN", onednn)
+    a = torch.full((3, 1000), -128, dtype=torch.int8)
+    w = torch.full((2, 1000), -128, dtype=torch.int8)
+    assert onednn.product(a, w) is None and onednn._exact == {}
+    assert torch.equal(exact_accumulator(a, w), torch.full((3, 2), 16384 * 1000))
+    assert torch.equal(exact_int32(a, w), torch.full((3, 2), 16384 * 1000, dtype=torch.int32))
+
+
+def test_the_float_route_takes_operands_made_in_inference_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inference tensors have no version counter: the widened-weights cache passes them through."""
+    from int8alibi.arith import accumulate
+
+    monkeypatch.setattr(accumulate, "_int8_dot_products", lambda: False)
+    with torch.inference_mode():
+        a = torch.full((2, 1500), 127, dtype=torch.int8)
+        w = torch.full((3, 1500), -128, dtype=torch.int8)
+        assert w.is_inference()
+        kept = len(accumulate._WEIGHTS._entries)
+        assert torch.equal(exact_accumulator(a, w), torch.full((2, 3), -127 * 128 * 1500))
+        assert len(accumulate._WEIGHTS._entries) == kept
+
+
+def test_int8_dot_products_reads_torchs_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    from int8alibi.arith import accumulate
+
+    for found, expected in (({"avx2": True, "avx512_vnni": False, "avx_vnni": False}, False),
+                            ({"avx2": True, "avx_vnni": True}, True), ({"amx_int8": True}, True), ({}, False)):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda found=found: found)
+        accumulate._int8_dot_products.cache_clear()
+        try:
+            assert accumulate._int8_dot_products() is expected
+        finally:
+            accumulate._int8_dot_products.cache_clear()
+
+
 def test_onednn_limited_to_avx2_is_refused_on_this_host() -> None:
-    """The real library: oneDNN held to AVX2 (no VNNI) saturates, and the proof refuses it."""
+    """The real library: oneDNN held to AVX2 (no VNNI) saturates, and the proof refuses it. Not
+    applicable on a CPU without VNNI/AMX, where the route is never tried."""
     import os
     import subprocess
     import sys
 
+    from int8alibi.arith import accumulate
+
+    if not accumulate._int8_dot_products():
+        pytest.skip("not applicable: this CPU has no int8 dot products, so oneDNN's int8 route is never tried")
     code = ("import torch; from int8alibi.arith import accumulate as A; "
             "print(A._OneDnnInt8()._proven(1, 576, 576), A._OneDnnInt8()._proven(128, 1536, 576))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},

@@ -7,8 +7,8 @@ import torch
 
 from int8alibi.arith import bf16_round, exact_accumulator, wrap_int32
 from int8alibi.errors import InputError
-from int8alibi.faults.pipeline import (as_scales, bf16_rne, bf16_rtz, epilogue, reference, regime_scales,
-                                       tile_partial_sums)
+from int8alibi.faults.pipeline import (as_scales, bf16_rne, bf16_rtz, epilogue, float32_tiles, reference,
+                                       regime_scales, tile_partial_sums)
 from int8alibi.kernels.registry import get
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -107,13 +107,15 @@ def test_pow2_regime_snaps_to_nearest_and_keeps_zero() -> None:
 @pytest.mark.parametrize("width", [128, 100, 2048])
 def test_tile_partial_sums_are_exact_and_sum_to_the_accumulator(width: int) -> None:
     """Extreme operands: every product is (-128)*(-128) = 2^14, so a 128-wide tile sums to 2^21;
-    the float32 fast path (width <= 1024) and the exact path (wider) must both be exact."""
+    the CPU's exact route, the GPU's float32 route (width <= 1024) and wide tiles must all be exact."""
     k = 2200
     a = torch.full((3, k), -128, dtype=torch.int8)
     w = torch.full((5, k), -128, dtype=torch.int8)
     w[1] = 127
     parts = list(tile_partial_sums(a, w, width))
     assert len(parts) == -(-k // width)
+    if width * 16384 <= 2**24:  # the GPU's float32 route gives the same exact sums
+        assert all(torch.equal(p, q) for p, q in zip(parts, float32_tiles(a, w, width), strict=True))
     for i, part in enumerate(parts):
         cols = slice(i * width, (i + 1) * width)
         assert part.dtype == torch.float32

@@ -53,6 +53,8 @@ class _WideWeights:
         self._bytes = 0
 
     def get(self, w_q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if w_q.is_inference():  # made under inference mode: no version counter to key on, so not kept
+            return w_q.to(dtype)
         key = (id(w_q), dtype)
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is w_q and entry[1] == w_q._version:
@@ -115,23 +117,41 @@ def _numpy_blas() -> _NumpyBlas | None:
     return None
 
 
+# torch's CPU probes for int8 dot-product instructions, the ones oneDNN's fast int8 GEMM needs.
+INT8_DOT_FEATURES = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+@functools.cache
+def _int8_dot_products() -> bool:
+    """Whether torch's probe of this CPU (``torch.cpu.get_capabilities``) reports any of
+    ``INT8_DOT_FEATURES``; False where torch has no probe."""
+    probe = getattr(torch.cpu, "get_capabilities", None)
+    found = probe() if probe is not None else {}
+    return any(bool(found.get(name, False)) for name in INT8_DOT_FEATURES)
+
+
 class _OneDnnInt8:
     """oneDNN's int8 GEMM (``torch._int_mm`` with oneDNN switched on for that call alone), used for
-    a shape only once it gave the exact sums on extreme and on random operands of that shape.
+    a shape only on a CPU with int8 dot products (``_int8_dot_products``) and only once it gave the
+    exact sums on extreme and on random operands of that shape.
 
     Where the CPU has VNNI its int32 sums are exact and about ten times faster than any float
-    route. Without VNNI oneDNN adds u8·s8 product pairs in int16 with saturation: measured wrong
-    on random operands under ``ONEDNN_MAX_CPU_ISA=AVX2``. The extreme operands expose any such
-    kernel: all-127 activations (oneDNN's u8 255) against all-127 or all-(-128) weights make every
-    pair, partial and final sum as large as int8 allows, so a kernel that saturates or wraps
-    anywhere fails them. oneDNN stays off for every other operation (``int8alibi.portable``).
+    route. Without VNNI it is no route to take: held to AVX2 on a VNNI host oneDNN adds u8·s8
+    product pairs in int16 with saturation (measured wrong on random operands), and on an
+    AVX2-only host its exact sums took 789 ms where numpy's OpenBLAS float32 took 25 ms
+    (1200×1536×576, one thread). The extreme operands expose any saturating kernel: all-127
+    activations (oneDNN's u8 255) against all-127 or all-(-128) weights make every pair, partial
+    and final sum as large as int8 allows, so a kernel that saturates or wraps anywhere fails
+    them. oneDNN stays off for every other operation (``int8alibi.portable``).
     """
 
     def __init__(self) -> None:
         self._exact: dict[tuple[int, int, int], bool] = {}
 
     def product(self, a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor | None:
-        """The exact int32 ``a_q @ w_q.T``, or None where this shape is not proven exact here."""
+        """The exact int32 ``a_q @ w_q.T``, or None where this CPU or this shape is not proven here."""
+        if not _int8_dot_products():
+            return None
         shape = (a_q.shape[0], w_q.shape[0], a_q.shape[1])
         if shape not in self._exact:
             self._exact[shape] = self._proven(*shape)

@@ -115,22 +115,34 @@ def tile_partial_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Itera
     """float32(P_t) for consecutive K-tiles of ``width`` columns, in ascending order.
 
     P_t is the tile's exact integer partial sum; converting it to float32 is exact up to 2^24 and
-    rounds to nearest even beyond. While ``width * 16384 <= 2^24`` every intermediate sum of a
-    float32 matmul of int8-valued operands is an integer of magnitude at most 2^24, hence exact
-    in any summation order (even with TF32 or bf16 inputs, which hold int8 values exactly): the
-    fast path. Wider tiles go through ``arith.exact_accumulator`` and one conversion. The last
-    tile is narrower when ``width`` does not divide K.
+    rounds to nearest even beyond. Exact sums are the same integers on every route, so each device
+    takes its fastest: the CPU ``arith.exact_accumulator`` (oneDNN's int8 GEMM where proven exact,
+    ten times a float32 matmul under the portable settings); elsewhere, while
+    ``width * 16384 <= 2^24``, one float32 matmul per tile, whose every intermediate sum is an
+    integer of magnitude at most 2^24, hence exact in any summation order (even with TF32 or bf16
+    inputs, which hold int8 values exactly). The last tile is narrower when ``width`` does not
+    divide K.
     """
     if width < 1:
         raise InputError(f"tile_partial_sums: tile width {width} must be positive")
     k = a_q.shape[1]
-    if width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
-        a32, w32 = a_q.to(torch.float32), w_q.to(torch.float32)
-        for start in range(0, k, width):
-            yield a32[:, start:start + width] @ w32[:, start:start + width].T
+    if a_q.device.type != "cpu" and width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
+        yield from float32_tiles(a_q, w_q, width)
+    elif 0 < k <= width:
+        yield exact_accumulator(a_q, w_q).to(torch.float32)
     else:
         for start in range(0, k, width):
-            yield exact_accumulator(a_q[:, start:start + width], w_q[:, start:start + width]).to(torch.float32)
+            tile = slice(start, start + width)
+            yield exact_accumulator(a_q[:, tile].contiguous(), w_q[:, tile].contiguous()).to(torch.float32)
+
+
+def float32_tiles(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Iterator[torch.Tensor]:
+    """``tile_partial_sums``' GPU route: one float32 matmul per tile, exact while
+    ``width * 16384 <= 2^24`` (checked by the caller); a function of its own so that a CPU test
+    can hold it to the exact sums too."""
+    a32, w32 = a_q.to(torch.float32), w_q.to(torch.float32)
+    for start in range(0, a_q.shape[1], width):
+        yield a32[:, start:start + width] @ w32[:, start:start + width].T
 
 
 def reference(

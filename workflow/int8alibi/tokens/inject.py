@@ -66,11 +66,11 @@ def cells(regime: str) -> list[Cell]:
 
 
 def exact_int(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
-    """The exact accumulator (int64). While ``K * 16384 <= 2^24`` every partial sum of a float32
-    matmul of int8 values is an integer within 2^24, so one float32 matmul is exact in any order
-    (``faults.pipeline.tile_partial_sums`` with one tile); deeper, ``arith.exact_accumulator``."""
+    """The exact accumulator (int64). On a GPU, while ``K * 16384 <= 2^24``, one float32 matmul is
+    exact in any order (``faults.pipeline.tile_partial_sums`` with one tile); otherwise, and on
+    the CPU, ``arith.exact_accumulator`` (the same integers by the CPU's fastest exact route)."""
     k = a_q.shape[1]
-    if 0 < k and k * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
+    if a_q.device.type != "cpu" and 0 < k and k * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
         return next(tile_partial_sums(a_q, w_q, k)).to(torch.int64)
     return exact_accumulator(a_q, w_q)
 
