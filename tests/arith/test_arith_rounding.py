@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from int8alibi.arith import bf16_bits, bf16_round
+from int8alibi.arith import bf16_bits, bf16_rne, bf16_round, bf16_rtz
 from int8alibi.errors import InputError
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
@@ -229,3 +229,38 @@ def test_every_upper_half_at_every_rounding_boundary_matches_the_float64_route(d
         # a NaN keeps its sign and leading payload bits and is made quiet (the float64 route's widening
         # to float64 already quiets a signalling NaN on some devices, so the rule is checked directly)
         assert torch.equal(got[nan].to(torch.int64), (bits[nan] >> 16) | 0x0040), mode
+
+
+def every_neighbourhood() -> torch.Tensor:
+    """Every bf16 pattern as the top half of a float32, with low halves that hit each rounding case:
+    exact (0), just above/below the midpoint, the midpoint itself (ties) and just below the next
+    value. Covers zeros, subnormals, the largest finite values (overflow under rne) and inf; NaN
+    patterns are dropped (the fast path hands them to the reference, tested separately)."""
+    high = torch.arange(0, 1 << 16, dtype=torch.int64) << 16
+    low = torch.tensor([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=torch.int64)
+    bits = (high[:, None] | low[None, :]).reshape(-1)
+    values = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+    return values[~torch.isnan(values)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["rne", "rtz"])
+def test_fast_casts_equal_the_integer_reference_everywhere(device: str, mode: str) -> None:
+    x = every_neighbourhood().to(device)
+    fast = bf16_rne(x) if mode == "rne" else bf16_rtz(x)
+    ref = bf16_round(x, mode)
+    assert torch.equal(fast.view(torch.int16), ref.view(torch.int16))
+
+
+@pytest.mark.parametrize("mode", ["rne", "rtz"])
+def test_nan_goes_through_the_reference_and_keeps_sign_and_payload(mode: str) -> None:
+    bits = torch.tensor([0x7FC00000, 0xFFC12345 - 2**32, 0x7F800001, 0x3F800000], dtype=torch.int64)
+    x = bits.to(torch.int32).view(torch.float32)
+    fast = bf16_rne(x) if mode == "rne" else bf16_rtz(x)
+    assert torch.equal(fast.view(torch.int16), bf16_round(x, mode).view(torch.int16))
+    assert bool(torch.isnan(fast[:3]).all())  # 0x7F800001 has its payload in the dropped bits only
+
+
+def test_casts_refuse_other_dtypes() -> None:
+    with pytest.raises(InputError, match="float32"):
+        bf16_rne(torch.zeros(2, dtype=torch.float64))

@@ -81,3 +81,30 @@ def test_bad_requests_are_refused(engine: OwnEngine) -> None:
     with pytest.raises(InputError, match=r"windows must be \[W, L >= 2\]"):
         engine.score(torch.zeros(3, 1, dtype=torch.int64), progress=False)
 
+
+
+def test_a_shared_parent_lends_copies_that_equal_fresh_loads(tiny_pipeline) -> None:
+    """Engines built from one ``SharedParent`` hold exactly a fresh load's tensors and give its logits,
+    and swapping one copy's linears leaves the held parent (and so the next copy) untouched."""
+    from int8alibi.engines.checkpoints import checkpoint_dir
+    from int8alibi.engines.own import SharedParent, load_parent_engine, load_w8a8
+    from int8alibi.kernels.registry import get
+
+    _, cfg = tiny_pipeline("shared-parent", ["exact-cutlass-order", "exact-triton-order"])
+    cpu = torch.device("cpu")
+    gate = cfg.results / "requant" / "gate.parquet"
+    arm = get("exact-cutlass-order", cpu)
+    shared = SharedParent(cfg)
+    ids = torch.tensor([[3, 14, 15, 92, 65]])
+    for name in ("own", "pow2-nearest"):
+        lent = load_w8a8(cfg, checkpoint_dir(gate, name), arm, cpu, name, shared=shared)
+        fresh = load_w8a8(cfg, checkpoint_dir(gate, name), arm, cpu, name)
+        with torch.inference_mode():
+            got, want = lent.model(input_ids=ids).logits, fresh.model(input_ids=ids).logits
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    parent, fresh_parent = load_parent_engine(cfg, cpu, shared=shared), load_parent_engine(cfg, cpu)
+    assert parent.model is not load_parent_engine(cfg, cpu, shared=shared).model
+    state, fresh_state = parent.model.state_dict(), fresh_parent.model.state_dict()
+    assert state.keys() == fresh_state.keys()
+    assert all(torch.equal(state[k], fresh_state[k]) for k in state)
+    assert type(parent.model.get_submodule("model.layers.0.self_attn.q_proj")).__name__ == "PortableLinear"

@@ -1,52 +1,17 @@
-"""The reference pipeline: fast bf16 casts equal the integer-bit reference, kernel semantics at boundaries."""
+"""The reference pipeline: kernel semantics at boundaries, scales, tile sums."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from int8alibi.arith import bf16_round, exact_accumulator, wrap_int32
+from int8alibi.arith import exact_accumulator, wrap_int32
 from int8alibi.errors import InputError
-from int8alibi.faults.pipeline import (as_scales, bf16_rne, bf16_rtz, epilogue, float32_tiles, reference,
-                                       regime_scales, tile_partial_sums)
+from int8alibi.faults.pipeline import (as_scales, epilogue, float32_tiles, reference, regime_scales,
+                                       tile_partial_sums)
 from int8alibi.kernels.registry import get
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def every_neighbourhood() -> torch.Tensor:
-    """Every bf16 pattern as the top half of a float32, with low halves that hit each rounding case:
-    exact (0), just above/below the midpoint, the midpoint itself (ties) and just below the next
-    value. Covers zeros, subnormals, the largest finite values (overflow under rne) and inf; NaN
-    patterns are dropped (the fast path hands them to the reference, tested separately)."""
-    high = torch.arange(0, 1 << 16, dtype=torch.int64) << 16
-    low = torch.tensor([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=torch.int64)
-    bits = (high[:, None] | low[None, :]).reshape(-1)
-    values = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
-    return values[~torch.isnan(values)]
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("mode", ["rne", "rtz"])
-def test_fast_casts_equal_the_integer_reference_everywhere(device: str, mode: str) -> None:
-    x = every_neighbourhood().to(device)
-    fast = bf16_rne(x) if mode == "rne" else bf16_rtz(x)
-    ref = bf16_round(x, mode)
-    assert torch.equal(fast.view(torch.int16), ref.view(torch.int16))
-
-
-@pytest.mark.parametrize("mode", ["rne", "rtz"])
-def test_nan_goes_through_the_reference_and_keeps_sign_and_payload(mode: str) -> None:
-    bits = torch.tensor([0x7FC00000, 0xFFC12345 - 2**32, 0x7F800001, 0x3F800000], dtype=torch.int64)
-    x = bits.to(torch.int32).view(torch.float32)
-    fast = bf16_rne(x) if mode == "rne" else bf16_rtz(x)
-    assert torch.equal(fast.view(torch.int16), bf16_round(x, mode).view(torch.int16))
-    assert bool(torch.isnan(fast[:3]).all())  # 0x7F800001 has its payload in the dropped bits only
-
-
-def test_casts_refuse_other_dtypes() -> None:
-    with pytest.raises(InputError, match="float32"):
-        bf16_rne(torch.zeros(2, dtype=torch.float64))
 
 
 def test_epilogue_rounds_the_accumulator_to_float32_like_hardware() -> None:

@@ -16,7 +16,7 @@ from .bounds import (
 )
 from . import bf16
 from .pow2 import is_pow2, snap_pow2
-from .rounding import bf16_round
+from .rounding import bf16_rne, bf16_round, bf16_rtz
 from .ulp import BF16Comparison, bf16_bits, compare_bf16, ordered_bf16, ulp_distance
 
 __all__ = [
@@ -30,7 +30,9 @@ __all__ = [
     "INT8_PRODUCT_MAX",
     "bf16",
     "bf16_bits",
+    "bf16_rne",
     "bf16_round",
+    "bf16_rtz",
     "compare_bf16",
     "exact_accumulator",
     "exact_int32",

@@ -9,6 +9,7 @@ batched with.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -117,21 +118,47 @@ def greedy_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int | None = 
         step = model(input_ids=nxt[None, :], use_cache=True, **{cache: getattr(step, cache)})
 
 
-def load_parent_engine(cfg: Config, device: torch.device) -> OwnEngine:
-    """The bf16 parent model, untouched: the reference arm of the perplexity stage."""
+class SharedParent:
+    """The bf16 parent loaded once in a process and lent out as fresh deep copies, one per engine.
+
+    A stage that builds several engines (prefill_decode: every checkpoint on both arms; perplexity;
+    tokens) otherwise pays transformers' load and the file checks per engine. Each copy is the
+    loaded model's own parameters and buffers, copied, so an engine is what a fresh load gives;
+    the original stays on the CPU, untouched, for the stage's lifetime (one parent's bytes).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._loaded: tuple[Any, Any, Any] | None = None
+
+    def load(self) -> tuple[Any, Any, Any]:
+        """``(model copy, tokenizer, info)`` as ``model.sources.load_parent`` returns them."""
+        from ..model.sources import load_parent as _load
+
+        if self._loaded is None:
+            self._loaded = _load(self.cfg)
+        model, tokenizer, info = self._loaded
+        return copy.deepcopy(model), tokenizer, info
+
+
+def load_parent_engine(cfg: Config, device: torch.device, *, shared: SharedParent | None = None) -> OwnEngine:
+    """The bf16 parent model, untouched: the reference arm of the perplexity stage. With ``shared``,
+    a copy of the parent it holds (loaded on first use) instead of a load of its own."""
     from ..model.sources import load_parent as _load
 
-    model, tokenizer, info = _load(cfg)
+    model, tokenizer, info = shared.load() if shared is not None else _load(cfg)
     model = model.to(device).eval()
     return OwnEngine(model=model, tokenizer=tokenizer, info=info, device=device, label="parent")
 
 
-def load_w8a8(cfg: Config, checkpoint_dir: Path, arm: Any, device: torch.device, label: str) -> OwnEngine:
-    """A fresh parent with its quantized linears replaced by the checkpoint's W8A8 layers on ``arm``."""
+def load_w8a8(cfg: Config, checkpoint_dir: Path, arm: Any, device: torch.device, label: str, *,
+              shared: SharedParent | None = None) -> OwnEngine:
+    """A fresh parent (``shared``: a fresh copy of it) with its quantized linears replaced by the
+    checkpoint's W8A8 layers on ``arm``."""
     from ..model.w8a8 import swap_linears
     from ..quant.compressed_tensors import load_checkpoint
 
-    engine = load_parent_engine(cfg, device)
+    engine = load_parent_engine(cfg, device, shared=shared)
     checkpoint = load_checkpoint(checkpoint_dir)
     engine.model = swap_linears(engine.model, checkpoint, arm).to(device).eval()
     engine.label = label

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import torch
 
-from ..arith import bf16_round
+from ..arith import bf16_rne, bf16_round, bf16_rtz
 from ..errors import InputError
-from .pipeline import bf16_rne, bf16_rtz, scale
+from .pipeline import scale
 
 
 def f1_scale_precision(acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, snap_pow2, wrap_int32
+from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_rne, exact_accumulator, snap_pow2, wrap_int32
 from ..errors import InputError
 
 Regime = Literal["own", "pow2"]
@@ -55,44 +55,6 @@ def regime_scales(s: torch.Tensor, regime: Regime, what: str) -> torch.Tensor:
     if regime != "pow2":
         raise InputError(f"{what}: unknown scale regime {regime!r} (expected one of {REGIMES})")
     return snap_pow2(s, "nearest", name=what, keep_zero=True)
-
-
-def bf16_rne(x: torch.Tensor) -> torch.Tensor:
-    """float32 -> bfloat16, round to nearest even, on any device.
-
-    torch's own float32 -> bf16 conversion rounds to nearest even on CPU and CUDA and is about a
-    hundred times faster than the integer-bit reference ``arith.bf16_round``; the two agree on
-    every non-NaN float32 (tests/faults/test_pipeline.py sweeps every bf16 neighbourhood, ties,
-    subnormals and overflow, on each device). torch canonicalises NaN payloads, so a tensor that
-    holds a NaN goes through the reference instead, which keeps sign and payload.
-    """
-    _require_f32(x, "bf16_rne")
-    if _has_nan(x):
-        return bf16_round(x, "rne")
-    return x.to(torch.bfloat16)
-
-
-def bf16_rtz(x: torch.Tensor) -> torch.Tensor:
-    """float32 -> bfloat16, round toward zero: the top 16 bits of each float32.
-
-    bfloat16 is float32 with the low 16 fraction bits dropped, so truncation is exact for every
-    non-NaN value (finite values never overflow, inf stays inf). A NaN whose payload sits in the
-    dropped bits would truncate to inf, so tensors holding a NaN go through ``arith.bf16_round``.
-    """
-    _require_f32(x, "bf16_rtz")
-    if _has_nan(x):
-        return bf16_round(x, "rtz")
-    return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
-
-
-def _has_nan(x: torch.Tensor) -> bool:
-    """Whether ``x`` holds a NaN: torch's max propagates NaN, one reduction without a mask."""
-    return x.numel() > 0 and bool(torch.isnan(x.amax()).item())
-
-
-def _require_f32(x: torch.Tensor, who: str) -> None:
-    if x.dtype != torch.float32:
-        raise InputError(f"{who}: input dtype {x.dtype} is not torch.float32")
 
 
 def scale(acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:

@@ -90,10 +90,13 @@ class Checkpoint(Mapping[str, QuantizedWeight]):
         self.layers = layers
         quantized = {f"{layer}.{suffix}" for layer in layers for suffix in ("weight", "weight_scale")}
         self.other_names: tuple[str, ...] = tuple(sorted(set(files) - quantized))
+        self._handles: dict[Path, Any] = {}  # one open file per shard: its header is parsed once, not per tensor
 
     def _read(self, name: str) -> torch.Tensor:
-        with safe_open(str(self._files[name]), framework="pt", device="cpu") as handle:
-            return handle.get_tensor(name)
+        path = self._files[name]
+        if path not in self._handles:
+            self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+        return self._handles[path].get_tensor(name)
 
     def __getitem__(self, layer: str) -> QuantizedWeight:
         if layer not in self.layers:

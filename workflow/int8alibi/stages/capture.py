@@ -19,12 +19,11 @@ import torch
 from ..config import Config
 from ..inputs.corpus import load_corpus
 from ..engines.checkpoints import checkpoint_dir, gate_verdict
-from ..engines.own import greedy_steps
+from ..engines.own import SharedParent, greedy_steps
 from ..errors import InputError
 from ..kernels import Arm
 from ..model.hooks import capture, tapped
 from ..model.layers import quantized_linears
-from ..model.sources import load_parent
 from ..model.w8a8 import swap_linears
 from ..kernels.capture_index import OPERANDS_DIR, save_phase, write_index
 from ..kernels.layer_operands import Operands
@@ -95,7 +94,8 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     gate_labels = {name: [gate_verdict(gate)] for name in CHECKPOINTS}  # one verdict covers every checkpoint
     rows: list[dict[str, Any]] = []
     generated: dict[str, Any] = {}
-    model, tokenizer, parent = load_parent(cfg)
+    shared = SharedParent(cfg)  # loaded once; every checkpoint gets a fresh copy
+    model, tokenizer, parent = shared.load()
     prefill = prefill_tile(tokenizer, corpus, sizes.prefill_tokens, analysis)
     prompt = decode_prompt(tokenizer, analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
         with Progress(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
             for i, name in enumerate(CHECKPOINTS):
                 if i:  # a fresh parent for every checkpoint: nothing carries over between them
-                    model, _, _ = load_parent(cfg)
+                    model, _, _ = shared.load()
                 checkpoint = load_checkpoint(checkpoint_dirs[name], [r.name for r in quantized_linears(model)],
                                              against="the parent")
                 new_rows, generated[name] = capture_checkpoint(model, checkpoint, arm, device, prefill, prompt,

@@ -23,7 +23,7 @@ import torch
 from ..config import Config
 from ..inputs.corpus import encode, load_corpus, windows
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.own import load_parent_engine, load_w8a8
+from ..engines.own import SharedParent, load_parent_engine, load_w8a8
 from ..errors import ProtocolError
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
@@ -176,14 +176,15 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     ckpts = {name: checkpoint_dir(gate, name) for name in MODELS if name != "parent"}
     corpus = load_corpus(cfg, analysis)
 
-    engine = load_parent_engine(cfg, device)
+    shared = SharedParent(cfg)  # loaded once, copied per arm
+    engine = load_parent_engine(cfg, device, shared=shared)
     cut = windows(encode(engine.tokenizer, corpus.text), int(profile["window_tokens"]), int(profile["windows"]),
                   source=f"corpus {corpus.name}")
     nll: dict[str, np.ndarray] = {}
     tokens = np.zeros(0)
     for name in MODELS:
         if name != "parent":
-            engine = load_w8a8(cfg, ckpts[name], kernel, device, label=f"{name} on {kernel.name}")
+            engine = load_w8a8(cfg, ckpts[name], kernel, device, label=f"{name} on {kernel.name}", shared=shared)
         sums, toks = engine.score(cut)
         nll[name], tokens = sums.numpy(), toks.numpy()
         log.info("perplexity: %s = %.6g", name, perplexity(nll[name], tokens))

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..config import Config
 from ..inputs.corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.own import load_w8a8
+from ..engines.own import SharedParent, load_w8a8
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
@@ -118,9 +118,10 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
     ckpts = {name: checkpoint_dir(gate, name) for name in CHECKPOINT_VARIANTS}
     rows: list[dict[str, Any]] = []
     digest = None
+    shared = SharedParent(cfg)  # loaded once, copied per checkpoint x arm
     for name, ckpt in ckpts.items():
         for arm in (arm_a, arm_b):
-            engine = load_w8a8(cfg, ckpt, arm, device, label=f"{name}/{arm.name}")
+            engine = load_w8a8(cfg, ckpt, arm, device, label=f"{name}/{arm.name}", shared=shared)
             ids = prompts(engine.tokenizer, protocol.analysis, int(profile["prompts"]))
             digest = prompt_digest(ids)
             rows += sequence_rows(engine.model, name, arm.name, ids, int(profile["new_tokens"]), device)

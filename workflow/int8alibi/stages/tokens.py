@@ -26,7 +26,7 @@ import torch
 from ..config import Config
 from ..inputs.corpus import encode, load_corpus, windows
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.own import load_w8a8
+from ..engines.own import SharedParent, load_w8a8
 from ..errors import InputError, ProtocolError
 from ..faults.campaign import CampaignSettings
 from ..progress import Progress
@@ -434,8 +434,10 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
     outcomes: dict[tuple[str, str], Outcome] = {}
     cut: torch.Tensor | None = None
     bar = Progress(total=len(regimes) * size.windows, desc="tokens replay", unit="window")
+    shared = SharedParent(cfg)  # loaded once, copied per regime
     for regime, name in regimes.items():
-        engine = load_w8a8(cfg, ckpts[regime], arm_a, device, label=f"{name} on {arm_a.name}/{arm_b.name}")
+        engine = load_w8a8(cfg, ckpts[regime], arm_a, device, label=f"{name} on {arm_a.name}/{arm_b.name}",
+                           shared=shared)
         if cut is None:
             cut = windows(encode(engine.tokenizer, corpus.text), int(cut_profile["window_tokens"]),
                           int(cut_profile["windows"]), source=f"corpus {corpus.name}")[:size.windows, :size.tokens]
