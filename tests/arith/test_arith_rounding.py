@@ -264,3 +264,14 @@ def test_nan_goes_through_the_reference_and_keeps_sign_and_payload(mode: str) ->
 def test_casts_refuse_other_dtypes() -> None:
     with pytest.raises(InputError, match="float32"):
         bf16_rne(torch.zeros(2, dtype=torch.float64))
+
+
+def test_has_nan_sees_any_nan_and_nothing_else() -> None:
+    from int8alibi.arith import has_nan
+
+    assert not has_nan(torch.zeros(0))
+    assert not has_nan(torch.tensor([float("inf"), float("-inf"), 0.0, -0.0, 3.4e38]))
+    for bits in (0x7FC00000, 0xFFC00000 - 2**32, 0x7F800001, 0x7FFFFFFF):  # quiet, negative, signalling, GPU's
+        x = torch.tensor([1.0, float("inf"), 2.0])
+        x[1:2] = torch.tensor([bits], dtype=torch.int32).view(torch.float32)
+        assert has_nan(x) and has_nan(x[:, None].expand(3, 4))

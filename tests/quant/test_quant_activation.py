@@ -100,3 +100,14 @@ def test_any_non_finite_element_is_refused_wherever_it_sits(bad: float, where: t
         quantize_per_token(x)
     with pytest.raises(InputError, match="2 non-finite"):
         quantize_per_token(torch.cat([x, torch.where(torch.arange(4) == 0, float("nan"), 1.0).bfloat16()[None]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_input_is_left_as_it_was(dtype: torch.dtype) -> None:
+    """The scaling is taken in place on a copy: a float32 input (which ``.float()`` would return
+    itself) keeps its values, and an all-zero row quantizes to zeros with scale 0."""
+    x = torch.tensor([[1.5, -3.0, 0.25], [0.0, 0.0, 0.0]], dtype=dtype)
+    before = x.clone()
+    a_q, s_a = quantize_per_token(x)
+    assert torch.equal(x, before)
+    assert a_q.tolist() == [[64, -127, 11], [0, 0, 0]] and s_a[1].item() == 0.0

@@ -16,7 +16,7 @@ from .bounds import (
 )
 from . import bf16
 from .pow2 import is_pow2, snap_pow2
-from .rounding import bf16_rne, bf16_round, bf16_rtz
+from .rounding import bf16_rne, bf16_round, bf16_rtz, has_nan
 from .ulp import BF16Comparison, bf16_bits, compare_bf16, ordered_bf16, ulp_distance
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "exact_accumulator",
     "exact_int32",
     "f32_exact",
+    "has_nan",
     "int32_bound_holds",
     "is_pow2",
     "ordered_bf16",

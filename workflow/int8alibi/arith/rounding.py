@@ -102,7 +102,7 @@ def bf16_rne(x: torch.Tensor) -> torch.Tensor:
     reference instead, which keeps sign and payload.
     """
     _require_f32(x, "bf16_rne")
-    if _has_nan(x):
+    if has_nan(x):
         return bf16_round(x, "rne")
     return x.to(torch.bfloat16)
 
@@ -115,13 +115,14 @@ def bf16_rtz(x: torch.Tensor) -> torch.Tensor:
     dropped bits would truncate to inf, so tensors holding a NaN go through ``bf16_round``.
     """
     _require_f32(x, "bf16_rtz")
-    if _has_nan(x):
+    if has_nan(x):
         return bf16_round(x, "rtz")
     return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
 
 
-def _has_nan(x: torch.Tensor) -> bool:
-    """Whether ``x`` holds a NaN: torch's max propagates NaN, one reduction without a mask."""
+def has_nan(x: torch.Tensor) -> bool:
+    """Whether ``x`` holds a NaN: torch's max propagates NaN, one reduction without a mask (on a GPU
+    it reads the answer back)."""
     return x.numel() > 0 and bool(torch.isnan(x.amax()).item())
 
 

@@ -22,22 +22,26 @@ from typing import Literal
 
 import torch
 
-from ..arith import INT8_PRODUCT_MAX, INT32_LIMIT, bf16_rne, bf16_round, exact_accumulator, exact_int32, wrap_int32
+from ..arith import INT8_PRODUCT_MAX, INT32_LIMIT, bf16_round, exact_accumulator, exact_int32, has_nan, wrap_int32
 from .base import arm_evidence, as_device, check_device, check_operands, check_pair
 
 EpilogueOrder = Literal["cutlass", "triton"]
 
 
 def epilogue(acc: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor, order: EpilogueOrder) -> torch.Tensor:
-    """Scale an int32 accumulator [M,N] in float32 in the given kernel's order, round once to bf16."""
-    acc_f32 = acc.to(torch.float32)  # int32 -> float32 rounds to nearest even above 2**24
+    """Scale an int32 accumulator [M,N] in float32 in the given kernel's order, round once to bf16.
+
+    The two products are taken in place on the converted accumulator (an IEEE product does not
+    depend on its operands' order, so ``y * s_w`` is ``s_w * y`` bit for bit).
+    """
+    y = acc.to(torch.float32, copy=True)  # int32 -> float32 rounds to nearest even above 2**24
     if order == "cutlass":
-        y = s_a[:, None] * (s_w[None, :] * acc_f32)
+        y.mul_(s_w).mul_(s_a[:, None])
     else:
-        y = s_w[None, :] * (s_a[:, None] * acc_f32)
-    if y.device.type != "cpu" or bool(torch.isnan(y).any()):  # on the CPU the check is cheaper than the where
+        y.mul_(s_a[:, None]).mul_(s_w)
+    if y.device.type != "cpu" or has_nan(y):  # on the CPU the check is cheaper than the where
         return bf16_round(torch.where(torch.isnan(y), _gpu_nan(y.device), y), "rne")
-    return bf16_rne(y)  # no NaN on the CPU: torch's cast, the same rounding at a fraction of the cost
+    return y.to(torch.bfloat16)  # no NaN on the CPU: torch's cast is this rounding (``arith.bf16_rne``)
 
 
 def _gpu_nan(device: torch.device) -> torch.Tensor:

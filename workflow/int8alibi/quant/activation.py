@@ -23,13 +23,13 @@ def quantize_per_token(x: torch.Tensor, *, what: str = "activations") -> tuple[t
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
         got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise InputError(f"{what}: expected a 2-D floating tensor [M,K], got {got}")
-    xf = x.float()
+    xf = x.to(torch.float32, copy=True)  # a copy of its own: the scaling below is taken in place
     absmax = xf.abs().amax(dim=1)
     if not bool(torch.isfinite(absmax).all()):  # amax propagates NaN: a row is finite iff its absmax is
         raise InputError(f"{what}: {int((~torch.isfinite(xf)).sum())} non-finite element(s); "
                          "no int8 scale represents them")
     divisor = torch.full_like(absmax, SCALE_DIVISOR)
     s_a = absmax / divisor
-    inverse = torch.where(absmax == 0, torch.zeros_like(absmax), divisor / absmax)
-    a_q = torch.round(xf * inverse[:, None]).clamp(Q_MIN, Q_MAX).to(torch.int8)
+    inverse = (divisor / absmax).masked_fill_(absmax == 0, 0.0)  # an all-zero row: 0, not 127 / 0
+    a_q = xf.mul_(inverse[:, None]).round_().clamp_(Q_MIN, Q_MAX).to(torch.int8)
     return a_q, s_a
