@@ -108,3 +108,38 @@ def test_a_shared_parent_lends_copies_that_equal_fresh_loads(tiny_pipeline) -> N
     assert state.keys() == fresh_state.keys()
     assert all(torch.equal(state[k], fresh_state[k]) for k in state)
     assert type(parent.model.get_submodule("model.layers.0.self_attn.q_proj")).__name__ == "PortableLinear"
+    held = shared.load()[0]  # a tied head stays tied in the copy, and no tensor is the held one's
+    assert (parent.model.lm_head.weight is parent.model.model.embed_tokens.weight) == (
+        held.lm_head.weight is held.model.embed_tokens.weight)
+    held_ptrs = {t.data_ptr() for t in [*held.parameters(), *held.buffers()]}
+    assert not held_ptrs & {t.data_ptr() for t in [*parent.model.parameters(), *parent.model.buffers()]}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_shared_parent_copies_straight_to_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy for the GPU is made there tensor by tensor (the held parent stays on the CPU), and the
+    copy with W8A8 layers on a real arm gives the logits of the same parent moved there whole."""
+    from int8alibi.engines.own import SharedParent
+    from int8alibi.kernels.registry import get
+    from int8alibi.model import sources
+    from int8alibi.model.w8a8 import quantize_linears, swap_linears
+
+    def parent() -> torch.nn.Module:
+        return build_synthetic("tiny", seed=0, vocab_size=512)
+
+    monkeypatch.setattr(sources, "load_parent", lambda cfg: (parent(), None, None))
+    cuda = torch.device("cuda")
+    arm = get("cublaslt", cuda)
+    shared = SharedParent(cfg=None)  # type: ignore[arg-type]  # the loader above takes no config
+    lent = shared.load(cuda)[0]
+    assert all(t.is_cuda for t in [*lent.parameters(), *lent.buffers()])
+    assert all(t.device.type == "cpu" for t in shared.load()[0].parameters())
+    assert lent.lm_head.weight is lent.model.embed_tokens.weight
+    whole = parent().to(cuda)
+    checkpoint = quantize_linears(parent(), "none")
+    ids = torch.tensor([[3, 14, 15, 92, 65]], device=cuda)
+    with torch.inference_mode():
+        got = swap_linears(lent, checkpoint, arm)(input_ids=ids).logits
+        want = swap_linears(whole, checkpoint, arm)(input_ids=ids).logits
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from .. import __version__
 from ..config import Config
@@ -122,23 +123,31 @@ class SharedParent:
     """The bf16 parent loaded once in a process and lent out as fresh deep copies, one per engine.
 
     A stage that builds several engines (prefill_decode: every checkpoint on both arms; perplexity;
-    tokens) otherwise pays transformers' load and the file checks per engine. Each copy is the
-    loaded model's own parameters and buffers, copied, so an engine is what a fresh load gives;
-    the original stays on the CPU, untouched, for the stage's lifetime (one parent's bytes).
+    capture; tokens) otherwise pays transformers' load and the file checks per engine. Each copy
+    holds the loaded model's own parameters and buffers, copied, so an engine is what a fresh load
+    gives. The original stays on the CPU, untouched, for the stage's lifetime (one parent's bytes);
+    a copy for a GPU is made there tensor by tensor, with no second host copy in between.
     """
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self._loaded: tuple[Any, Any, Any] | None = None
 
-    def load(self) -> tuple[Any, Any, Any]:
-        """``(model copy, tokenizer, info)`` as ``model.sources.load_parent`` returns them."""
+    def load(self, device: torch.device | None = None) -> tuple[Any, Any, Any]:
+        """``(model copy on device, tokenizer, info)`` as ``model.sources.load_parent`` returns them
+        (default device: the CPU)."""
         from ..model.sources import load_parent as _load
 
         if self._loaded is None:
             self._loaded = _load(self.cfg)
         model, tokenizer, info = self._loaded
-        return copy.deepcopy(model), tokenizer, info
+        target = torch.device("cpu") if device is None else device
+        # deepcopy consults its memo first: every parameter and buffer (a tied one once) is copied
+        # straight to the target; the module tree and everything else is deep-copied as usual.
+        memo: dict[int, Any] = {id(p): nn.Parameter(p.detach().to(target, copy=True), requires_grad=p.requires_grad)
+                                for p in model.parameters()}
+        memo.update({id(b): b.detach().to(target, copy=True) for b in model.buffers()})
+        return copy.deepcopy(model, memo), tokenizer, info
 
 
 def load_parent_engine(cfg: Config, device: torch.device, *, shared: SharedParent | None = None) -> OwnEngine:
@@ -146,7 +155,7 @@ def load_parent_engine(cfg: Config, device: torch.device, *, shared: SharedParen
     a copy of the parent it holds (loaded on first use) instead of a load of its own."""
     from ..model.sources import load_parent as _load
 
-    model, tokenizer, info = shared.load() if shared is not None else _load(cfg)
+    model, tokenizer, info = shared.load(device) if shared is not None else _load(cfg)
     model = model.to(device).eval()
     return OwnEngine(model=model, tokenizer=tokenizer, info=info, device=device, label="parent")
 

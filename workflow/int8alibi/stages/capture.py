@@ -95,7 +95,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     rows: list[dict[str, Any]] = []
     generated: dict[str, Any] = {}
     shared = SharedParent(cfg)  # loaded once; every checkpoint gets a fresh copy
-    model, tokenizer, parent = shared.load()
+    model, tokenizer, parent = shared.load(device)
     prefill = prefill_tile(tokenizer, corpus, sizes.prefill_tokens, analysis)
     prompt = decode_prompt(tokenizer, analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
         with Progress(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
             for i, name in enumerate(CHECKPOINTS):
                 if i:  # a fresh parent for every checkpoint: nothing carries over between them
-                    model, _, _ = shared.load()
+                    model, _, _ = shared.load(device)
                 checkpoint = load_checkpoint(checkpoint_dirs[name], [r.name for r in quantized_linears(model)],
                                              against="the parent")
                 new_rows, generated[name] = capture_checkpoint(model, checkpoint, arm, device, prefill, prompt,
