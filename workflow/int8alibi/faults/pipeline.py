@@ -78,8 +78,8 @@ def tile_partial_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Itera
 
     P_t is the tile's exact integer partial sum; converting it to float32 is exact up to 2^24 and
     rounds to nearest even beyond. Exact sums are the same integers on every route, so each device
-    takes its fastest: the CPU ``arith.exact_accumulator`` (oneDNN's int8 GEMM where proven exact,
-    ten times a float32 matmul under the portable settings); elsewhere, while
+    takes its fastest: the CPU ``arith.exact_accumulator`` (oneDNN's int8 GEMM on a CPU with VNNI
+    where proven exact, else OpenBLAS float32 chunks); elsewhere, while
     ``width * 16384 <= 2^24``, one float32 matmul per tile, whose every intermediate sum is an
     integer of magnitude at most 2^24, hence exact in any summation order (even with TF32 or bf16
     inputs, which hold int8 values exactly). The last tile is narrower when ``width`` does not
@@ -90,9 +90,7 @@ def tile_partial_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Itera
     k = a_q.shape[1]
     if a_q.device.type != "cpu" and width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
         yield from float32_tiles(a_q, w_q, width)
-    elif 0 < k <= width:
-        yield exact_accumulator(a_q, w_q).to(torch.float32)
-    else:
+    else:  # a tile spanning all of K is the operand itself: contiguous() copies nothing then
         for start in range(0, k, width):
             tile = slice(start, start + width)
             yield exact_accumulator(a_q[:, tile].contiguous(), w_q[:, tile].contiguous()).to(torch.float32)
