@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
 
 PROJECT = Path(__file__).resolve().parents[2]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+BIN = Path(sys.executable).parent
+SNAKEMAKE = BIN / "snakemake"
 # The tiny synthetic model on the CPU: the config of every test that runs real jobs.
 TINY_CONFIG = """\
 model:
@@ -61,6 +63,54 @@ def copy_project(dest: Path, with_git: bool = True) -> Path:
 def commit_all(repo: Path, message: str) -> None:
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", message)
+
+
+def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in ``repo`` with this venv's scripts first on PATH; a failure (if ``check``) shows its output."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+    result = subprocess.run(list(cmd), cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def snakemake(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Snakemake as a user runs it on the test config (targets and list-valued options first:
+    --configfile takes every following bare word)."""
+    return sh(repo, str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2",
+              "--configfile", "config/test.yaml", check=check, env=env)
+
+
+def stage_log(repo: Path, stage: str) -> str:
+    log = repo / "logs" / f"{stage}.log"
+    return log.read_text() if log.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def pinned_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole DAG on the tiny model in a scratch copy, run the way the README says, once per session:
+    everything up to the predictions, compare refusing them unpinned, the pin (amend, commit), the rest.
+    Tests that change what they get take a ``copy_run`` of it."""
+    repo = copy_project(tmp_path_factory.mktemp("pinned") / "project")
+    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
+    commit_all(repo, "test config")
+    snakemake(repo, "results/prediction/predictions.parquet")
+    refused = snakemake(repo, "results/compare/layers.parquet", check=False)
+    assert refused.returncode != 0
+    assert "int8alibi amend --pin predictions=" in (refused.stdout + refused.stderr + stage_log(repo, "compare"))
+    sh(repo, str(BIN / "int8alibi"), "amend", "--pin", "predictions=results/prediction/predictions.parquet",
+       "--summary", "Pin the per-layer predictions before comparison", "--rationale", "pre-registration",
+       "--stages", "compare", "--status", "pre-data")
+    commit_all(repo, "pin predictions")
+    snakemake(repo)
+    return repo
+
+
+def copy_run(run: Path, dest: Path) -> Path:
+    """A copy of a finished run's checkout (results, logs, Snakemake's records, git; links kept as links)."""
+    shutil.copytree(run, dest, symlinks=True)
+    return dest
 
 
 def dry_run(repo: Path, *extra: str) -> subprocess.CompletedProcess:

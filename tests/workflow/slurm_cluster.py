@@ -29,10 +29,12 @@ from pathlib import Path
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 PROGRAMS = ["munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel"]
-# Declared to the scheduler (SlurmdParameters=config_overrides): more CPUs than the machine has, so
-# independent jobs (the fault shards) run side by side as they would on a real cluster; memory
-# large enough for the rules' mem_mb requests (the scheduler counts cores only: CR_Core).
-NODE_CPUS = 32
+# Declared to the scheduler (SlurmdParameters=config_overrides): a few more CPUs than the machine has,
+# so independent jobs (the three fault shards) run side by side as they would on a real cluster, while
+# the rest wait in SLURM's queue (twenty single-thread jobs at once on two cores spend more time on
+# contention than on work: each job starts two Snakemake processes of its own); memory large enough
+# for the rules' mem_mb requests (the scheduler counts cores only: CR_Core).
+NODE_CPUS = 4
 NODE_MEMORY_MB = 65536
 
 

@@ -39,24 +39,42 @@ RUNS = {"tiny-a": 0, "tiny-b": 1}
 FIRST_SCREEN_PX = 900
 
 
-def snakemake(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    result = subprocess.run([str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2"], cwd=repo,
-                            capture_output=True, text=True, timeout=1800, env=env)
-    if result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
+def _command(*args: str) -> list[str]:
+    return [str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+
+
+def _check(args: list[str], returncode: int, stdout: str, stderr: str) -> None:
+    if returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both configs run at once, two Snakemake processes in one checkout (their results folders, and
+    so their outputs and locks, are disjoint), then the crossmodel view over them."""
     repo = copy_project(tmp_path_factory.mktemp("crossmodel") / "project")
     for name, seed in RUNS.items():
         (repo / "config" / f"{name}.yaml").write_text(TINY.format(name=name, seed=seed))
     commit_all(repo, "two tiny configs")
-    for name in RUNS:
-        snakemake(repo, "--configfile", f"config/{name}.yaml")
-    snakemake(repo, "crossmodel", "--config", "crossmodel=[" + ",".join(f"results/{n}" for n in RUNS) + "]")
+    started = {name: subprocess.Popen(_command("--configfile", f"config/{name}.yaml"), cwd=repo, env=_env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name in RUNS}
+    try:
+        for proc in started.values():
+            stdout, stderr = proc.communicate(timeout=1800)
+            _check(proc.args, proc.returncode, stdout, stderr)
+    finally:
+        for proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    args = _command("crossmodel", "--config", "crossmodel=[" + ",".join(f"results/{n}" for n in RUNS) + "]")
+    done = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=600, env=_env())
+    _check(args, done.returncode, done.stdout, done.stderr)
     return repo
 
 

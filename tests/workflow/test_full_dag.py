@@ -1,8 +1,8 @@
 """The whole DAG on the tiny synthetic model, run as a user runs it, in a scratch copy.
 
-One module-scoped run serves several acceptance checks: the pin-before-compare sequence, the
-report, `int8alibi verify`, byte-identical reruns, scatter/gather equality, amend-and-rerun-one-
-stage, and a run killed mid-stage.
+One run (a copy of the session's pinned tiny run, made by the pin-before-compare sequence) serves
+several acceptance checks: that sequence, the report, `int8alibi verify`, byte-identical reruns,
+scatter/gather equality, amend-and-rerun-one-stage, and a run killed mid-stage.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,26 +21,9 @@ import pytest
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.planning.stage_needs import STAGES, never_read
 
-from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project, scheduled_jobs
+from .conftest import BIN, SNAKEMAKE, commit_all, copy_run, scheduled_jobs, sh, snakemake
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent
-
-
-def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200,
-       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
-    result = subprocess.run(list(cmd), cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return result
-
-
-def snakemake(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    # targets and list-valued options first: --configfile takes every following bare word
-    return sh(repo, str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2",
-              "--configfile", "config/test.yaml", check=check, env=env)
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -50,27 +32,10 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = copy_project(tmp_path_factory.mktemp("dag") / "project")
-    (repo / "config" / "test.yaml").write_text(TINY_CONFIG)
-    commit_all(repo, "test config")
-    # 1. Everything up to the predictions; compare refuses unpinned predictions.
-    snakemake(repo, "results/prediction/predictions.parquet")
-    refused = snakemake(repo, "results/compare/layers.parquet", check=False)
-    assert refused.returncode != 0
-    assert "int8alibi amend --pin predictions=" in (refused.stdout + refused.stderr + _logs(repo, "compare"))
-    # 2. Pin them, as the README says, then run the rest.
-    sh(repo, str(BIN / "int8alibi"), "amend", "--pin", "predictions=results/prediction/predictions.parquet",
-       "--summary", "Pin the per-layer predictions before comparison", "--rationale", "pre-registration",
-       "--stages", "compare", "--status", "pre-data")
-    commit_all(repo, "pin predictions")
-    snakemake(repo)
-    return repo
-
-
-def _logs(repo: Path, stage: str) -> str:
-    log = repo / "logs" / f"{stage}.log"
-    return log.read_text() if log.exists() else ""
+def finished_run(pinned_tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's pinned tiny run (conftest: predictions, the refused compare, the pin, the rest),
+    copied: the tests below amend, rerun and kill stages in it."""
+    return copy_run(pinned_tiny_run, tmp_path_factory.mktemp("dag") / "project")
 
 
 def test_report_and_tables_exist(finished_run: Path) -> None:

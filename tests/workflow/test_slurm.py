@@ -5,10 +5,13 @@ the module starts munged, slurmctld and slurmd in a temporary state directory (s
 runs, on the tiny synthetic config of test_full_dag.py with the fault campaign split in three
 shards:
 
-1. a local run (the pin-before-compare sequence, then everything) as the reference;
+1. a local run (the session's pinned tiny run, copied, its campaign then rerun in shards) as the
+   reference;
 2. the same config and commits in a fresh copy, everything submitted through
    `snakemake --profile profiles/slurm`, with the status command and the first status-check
-   delay given on the command line (this cluster has no accounting storage);
+   delay given on the command line (this cluster has no accounting storage), in two invocations
+   that continue one results folder: the DAG without the campaign (`--omit-from faults_shard`),
+   then the rest, so that the three shards are queued together on a node with room for them all;
 
 and checks that every non-local job went through sbatch (Snakemake's submission lines, matched to
 the cluster's job-completion log: completed, on the `cpu` partition), that the shards ran as
@@ -38,7 +41,7 @@ from int8alibi.engines.generation import RUNS
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 from . import slurm_cluster
-from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_project
+from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_run
 
 pytestmark = pytest.mark.slow
 
@@ -144,60 +147,69 @@ def _jobs(log: str) -> tuple[dict[int, tuple[str, bool]], dict[int, str]]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, cluster) -> Path:
-    """The local run: predictions, their pin (committed), then the whole DAG."""
-    repo = copy_project(tmp_path_factory.mktemp("local") / "project")
+def reference(tmp_path_factory: pytest.TempPathFactory, cluster, pinned_tiny_run: Path) -> Path:
+    """The local run: a copy of the session's pinned tiny run (predictions, their pin, then the whole
+    DAG), with the campaign then split in shards (only the fault campaign and the report rerun)."""
+    repo = copy_run(pinned_tiny_run, tmp_path_factory.mktemp("local") / "project")
     (repo / "config" / "test.yaml").write_text(CONFIG)
-    commit_all(repo, "test config")
-    _local(repo, "results/prediction/predictions.parquet")
-    _ok(_run(repo, [str(BIN / "int8alibi"), "amend", "--pin", "predictions=results/prediction/predictions.parquet",
-                    "--summary", "Pin the per-layer predictions before comparison", "--rationale",
-                    "pre-registration", "--stages", "compare", "--status", "pre-data"], 120))
-    commit_all(repo, "pin predictions")
+    commit_all(repo, "test config: the campaign in shards")
     _local(repo)
+    assert len(list((repo / "results" / "faults" / "shards").iterdir())) == SHARDS
     return repo
 
 
 @pytest.fixture(scope="module")
-def cluster_run(tmp_path_factory: pytest.TempPathFactory, cluster, reference: Path):
-    """The same commits in a fresh copy (no results), the whole DAG through profiles/slurm."""
+def cluster_run(tmp_path_factory: pytest.TempPathFactory, cluster, reference: Path) -> tuple[Path, list[str]]:
+    """The same commits in a fresh copy (no results), the whole DAG through profiles/slurm in two
+    invocations (everything but the campaign, then the campaign and what follows it): their logs."""
     repo = tmp_path_factory.mktemp("cluster") / "project"
     shutil.copytree(reference, repo, ignore=shutil.ignore_patterns("results", "logs", "benchmarks", ".snakemake"))
-    log = repo.parent / "snakemake.log"
-    started = time.monotonic()
-    result = _run(repo, [str(SNAKEMAKE), "--profile", "profiles/slurm", *SLURM_ARGS, "--configfile",
-                         "config/test.yaml"], RUN_LIMIT_S, cluster=cluster, log=log)
-    seconds = time.monotonic() - started
-    _ok(result, cluster.logs())
-    print(f"\nSLURM run of the tiny DAG: {seconds:.0f} s")
-    return repo, result.stdout, seconds
+    logs = []
+    for step, extra in enumerate([["--omit-from", "faults_shard"], []], start=1):
+        started = time.monotonic()
+        result = _run(repo, [str(SNAKEMAKE), "--profile", "profiles/slurm", *SLURM_ARGS, "--configfile",
+                             "config/test.yaml", *extra], RUN_LIMIT_S, cluster=cluster,
+                      log=repo.parent / f"snakemake-{step}.log")
+        _ok(result, cluster.logs())
+        print(f"\nSLURM run of the tiny DAG, step {step}: {time.monotonic() - started:.0f} s")
+        logs.append(result.stdout)
+    return repo, logs
+
+
+def _all_jobs(logs: list[str]) -> list[tuple[str, bool, str | None]]:
+    """(rule, local, SLURM job id or None) of every job the invocations started (job ids restart per invocation)."""
+    out = []
+    for log in logs:
+        jobs, submitted = _jobs(log)
+        out += [(rule, local, submitted.get(jobid)) for jobid, (rule, local) in jobs.items()]
+    return out
 
 
 def test_every_non_local_job_went_through_sbatch(cluster, cluster_run) -> None:
-    repo, log, _ = cluster_run
-    jobs, submitted = _jobs(log)
-    rules_run = {rule for rule, _ in jobs.values()}
-    assert rules_run == SUBMITTED_RULES | LOCAL_RULES, (rules_run, log[-4000:])
-    for jobid, (rule, local) in jobs.items():
-        assert local == (rule in LOCAL_RULES), f"{rule} (job {jobid}) local={local}"
-        assert (jobid in submitted) == (not local), f"{rule} (job {jobid}): submitted={jobid in submitted}"
+    repo, logs = cluster_run
+    jobs = _all_jobs(logs)
+    rules_run = {rule for rule, _, _ in jobs}
+    assert rules_run == SUBMITTED_RULES | LOCAL_RULES, (rules_run, logs[-1][-4000:])
+    for rule, local, slurm_id in jobs:
+        assert local == (rule in LOCAL_RULES), f"{rule} local={local}"
+        assert (slurm_id is not None) == (not local), f"{rule}: SLURM job {slurm_id}"
     records = {r["JobId"]: r for r in cluster.jobcomp_records()}
-    names = set()
-    for jobid, slurm_id in submitted.items():
-        record = records.get(slurm_id)
-        assert record, f"SLURM job {slurm_id} ({jobs[jobid][0]}) is not in the job-completion log"
-        assert record["JobState"] == "COMPLETED" and record["Partition"] == "cpu", record
-        names.add(record["Name"])
-    # the plugin names every job of one run by its run id
-    assert len(names) == 1, names
-    generate = [j for j, (rule, _) in jobs.items() if rule == "generate"]
+    for log in logs:
+        names = set()
+        for slurm_id in _jobs(log)[1].values():
+            record = records.get(slurm_id)
+            assert record, f"SLURM job {slurm_id} is not in the job-completion log"
+            assert record["JobState"] == "COMPLETED" and record["Partition"] == "cpu", record
+            names.add(record["Name"])
+        # the plugin names every job of one invocation by its run id
+        assert len(names) == 1, names
+    generate = [rule for rule, _, _ in jobs if rule == "generate"]
     assert len(generate) == 2 * len(CHECKPOINT_VARIANTS) * len(RUNS)  # two arms x every checkpoint x two runs
 
 
 def test_the_fault_shards_ran_as_parallel_jobs(cluster, cluster_run) -> None:
-    repo, log, _ = cluster_run
-    jobs, submitted = _jobs(log)
-    shards = [submitted[j] for j, (rule, _) in jobs.items() if rule == "faults_shard"]
+    repo, logs = cluster_run
+    shards = [slurm_id for rule, _, slurm_id in _all_jobs(logs) if rule == "faults_shard"]
     assert len(shards) == len(list((repo / "results" / "faults" / "shards").iterdir())) >= 2, shards
     records = {r["JobId"]: r for r in cluster.jobcomp_records()}
     spans = [(datetime.fromisoformat(records[s]["StartTime"]), datetime.fromisoformat(records[s]["EndTime"]))
@@ -207,7 +219,7 @@ def test_the_fault_shards_ran_as_parallel_jobs(cluster, cluster_run) -> None:
 
 
 def test_outputs_are_byte_identical_to_the_local_run(reference: Path, cluster_run) -> None:
-    repo, _, _ = cluster_run
+    repo, _ = cluster_run
     local, remote = _digests(reference / "results"), _digests(repo / "results")
     assert local and "faults/cells.parquet" in local and "report/report.md" not in local
     assert remote == local
@@ -216,7 +228,7 @@ def test_outputs_are_byte_identical_to_the_local_run(reference: Path, cluster_ru
 
 
 def test_verify_passes_on_the_cluster_run(cluster_run) -> None:
-    repo, _, _ = cluster_run
+    repo, _ = cluster_run
     result = _ok(_run(repo, [str(BIN / "int8alibi"), "verify", "results"], 300))
     assert "0 error" in result.stdout
 
