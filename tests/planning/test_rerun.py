@@ -155,3 +155,28 @@ def test_code_params_name_each_module_and_ignore_comments(tmp_path: Path) -> Non
     assert params["code_int8alibi_stages_report_py"].startswith("code int8alibi/stages/report.py ")
     assert "code_int8alibi_provenance_manifest_py" in params  # what the stage imports, transitively
     assert ws.code_params("report", CodeDigests(tmp_path / "code.json")) == params
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("config corpus: {\"path\": \"${WIKITEXT2_RAW}\"}", "config corpus: {\"path\": \"$<WIKITEXT2_RAW>\"}"),
+    ("a {name} and { spaced.name } and {w,a{3,5}}", "a <name> and < spaced.name > and <w,a<3,5>>"),
+    ("config model: {\"seed\": 0, \"preset\": \"tiny\"}", "config model: {\"seed\": 0, \"preset\": \"tiny\"}"),
+    ("code int8alibi/stages/report.py 2460d1703badc62a", "code int8alibi/stages/report.py 2460d1703badc62a"),
+    ("{}", "{}"),
+])
+def test_inert_leaves_snakemake_no_wildcard_and_other_texts_unchanged(text: str, expected: str) -> None:
+    from snakemake_interface_storage_plugins.io import WILDCARD_REGEX
+
+    assert ws.inert(text) == expected
+    assert not WILDCARD_REGEX.search(ws.inert(text))
+
+
+def test_rerun_params_of_an_unset_variable_hold_no_wildcard(tmp_path: Path) -> None:
+    from snakemake_interface_storage_plugins.io import WILDCARD_REGEX
+
+    config = {"corpus": {"source": "wikitext", "path": "${WIKITEXT2_RAW}"}}
+    params = ws.rerun_params("perplexity", config, ws.CodeDigests(tmp_path / "code.json"), ["corpus"],
+                             {"corpus": "corpus files: ${WIKITEXT2_RAW} (not set)"}, {})
+    assert params["config_corpus"] == 'config corpus: {"path": "$<WIKITEXT2_RAW>", "source": "wikitext"}'
+    assert params["source_corpus"] == "corpus files: $<WIKITEXT2_RAW> (not set)"
+    assert not any(WILDCARD_REGEX.search(text) for text in params.values())

@@ -47,6 +47,21 @@ LLMCOMPRESSOR_VENV = ".venv-llmcompressor"
 LLMCOMPRESSOR_LOCK = "envs/llmcompressor.txt"
 
 
+# What Snakemake expands in a string param as a wildcard: "{name}" or "{name,constraint}" (its own
+# pattern has no escape). A config value can hold one: a "${VAR}" left as written while VAR is unset.
+_WILDCARD_LIKE = re.compile(r"\{(\s*[.\w]+\s*(?:,[^{}]*)?)\}")
+
+
+def inert(text: str) -> str:
+    """``text`` as a param Snakemake leaves as it is: each "{name}" written "<name>" (planning a run
+    whose config still names an unset variable would otherwise stop at a WildcardError, where it should
+    plan and warn). Inner ones first, as often as needed ("{w,a{3,5}}" is "<w,a<3,5>>"). Texts without
+    one, every param of a run that can execute, are returned unchanged."""
+    while (done := _WILDCARD_LIKE.sub(r"<\1>", text)) != text:
+        text = done
+    return text
+
+
 def _short(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -251,8 +266,9 @@ def rerun_params(stage: str, config: Mapping[str, Any], digests: CodeDigests, ke
     """Every param that reruns ``stage``: its code, the config keys it reads, the source files it reads
     (``{role: source_digests text}``) and the environment it runs in (``environment_params()`` or
     ``lock_param()``)."""
-    return {**code_params(stage, digests), **config_params(config, keys),
-            **{_name("source", role): text for role, text in sources.items()}, **environment}
+    params = {**code_params(stage, digests), **config_params(config, keys),
+              **{_name("source", role): text for role, text in sources.items()}, **environment}
+    return {name: inert(text) for name, text in params.items()}
 
 
 def shard_ranges(index_path: str, shards: int) -> list[tuple[int, int]]:
