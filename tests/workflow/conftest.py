@@ -65,10 +65,15 @@ def commit_all(repo: Path, message: str) -> None:
     _git(repo, "commit", "-qm", message)
 
 
+def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with this venv's scripts first on PATH (and ``extra`` on top)."""
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(extra or {})}
+
+
 def sh(repo: Path, *cmd: str, check: bool = True, timeout: int = 1200,
        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``cmd`` in ``repo`` with this venv's scripts first on PATH; a failure (if ``check``) shows its output."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
+    env = venv_env(env)
     result = subprocess.run(list(cmd), cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")

@@ -8,9 +8,7 @@ first screen must hold the run's setup beside the papers' and the start of the f
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -19,11 +17,10 @@ import pytest
 from int8alibi.protocol import load
 
 from ..report.render import render
-from .conftest import SNAKEMAKE, commit_all, copy_project
+from .conftest import BIN, SNAKEMAKE, commit_all, copy_project, venv_env
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent
 TINY = """\
 model:
   source: synthetic
@@ -43,10 +40,6 @@ def _command(*args: str) -> list[str]:
     return [str(SNAKEMAKE), *args, "--profile", "profiles/default", "--cores", "2"]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-
-
 def _check(args: list[str], returncode: int, stdout: str, stderr: str) -> None:
     if returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
@@ -60,7 +53,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, seed in RUNS.items():
         (repo / "config" / f"{name}.yaml").write_text(TINY.format(name=name, seed=seed))
     commit_all(repo, "two tiny configs")
-    started = {name: subprocess.Popen(_command("--configfile", f"config/{name}.yaml"), cwd=repo, env=_env(),
+    started = {name: subprocess.Popen(_command("--configfile", f"config/{name}.yaml"), cwd=repo, env=venv_env(),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for name in RUNS}
     try:
@@ -73,7 +66,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 proc.kill()
                 proc.wait()
     args = _command("crossmodel", "--config", "crossmodel=[" + ",".join(f"results/{n}" for n in RUNS) + "]")
-    done = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=600, env=_env())
+    done = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=600, env=venv_env())
     _check(args, done.returncode, done.stdout, done.stderr)
     return repo
 

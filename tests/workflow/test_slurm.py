@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -41,11 +40,10 @@ from int8alibi.engines.generation import RUNS
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 
 from . import slurm_cluster
-from .conftest import SNAKEMAKE, TINY_CONFIG, commit_all, copy_run
+from .conftest import BIN, SNAKEMAKE, TINY_CONFIG, commit_all, copy_run, venv_env
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent
 SHARDS = 3
 CONFIG = TINY_CONFIG + f"faults_shards: {SHARDS}\n"
 # Jobs that must go through sbatch, and the light ones that run where snakemake runs (localrules).
@@ -95,7 +93,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 def _run(repo: Path, args: list[str], limit: int, cluster: slurm_cluster.SingleNodeSlurm | None = None,
          log: Path | None = None) -> subprocess.CompletedProcess:
     """Run a command in its own session; past ``limit`` seconds its whole process group is killed."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = venv_env()
     if cluster:
         env = cluster.env(env)
     proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
