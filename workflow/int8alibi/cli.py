@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[Callable[[], Entry], str]] = {
     "verify": (_verify, "re-hash every output and input the manifests name; check digests, pins and the chain"),
     "diff": (_diff, "say which outputs, inputs, params, pins, code and environment differ between two runs"),
     "amend": (_amend, "append a protocol amendment (the only way to change it)"),
-    "conform": (_conform, "run the conformance checks on two kernel arms"),
+    "conform": (_conform, "run the conformance checks on two kernel arms: tolerance and bitwise readings (--json)"),
     "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan | decode)"),
 }
 UNAVAILABLE = 2
