@@ -1,6 +1,6 @@
 """Both scoring definitions on a hand-built Qwen3-1.7B-sized campaign (196 layers x 42 cells).
 
-The papers' original-matrix figures are 75.0% check-4 detection (392 false negatives), 55.76% and
+arXiv:2609.00363's original-matrix figures are 75.0% check-4 detection (392 false negatives), 55.76% and
 11.39% false-positive rates for checks 5 and 6, and 1,278 of 8,232 cells flipped (494 F4 x check 5
 + 392 F9-one x check 6 + 392 F9-pct x check 4). The table below is built from the counts those
 figures state; which checks fire on an observable cell follows the campaign's semantics (the

@@ -307,7 +307,7 @@ def test_missing_file_is_named(prereg: Path) -> None:
         load(prereg)
 
 
-# The study's two registered matrices as the second paper (arXiv:2609.00363, Table III) states them,
+# The study's two registered matrices as arXiv:2609.00363 (Table III) states them,
 # row by row: F fire, s silent, m predicted miss (silent), - n/a.
 STUDY_CORRECTED = {
     "F1": "sssssm-",

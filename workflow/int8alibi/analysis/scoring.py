@@ -6,7 +6,7 @@ that reports itself not applicable is ``not-applicable``; otherwise predicted fi
 fire & silent = FN, silent & fired = FP, silent & silent = TN. Rates use only TP/FN/FP/TN, so
 unobservable and not-applicable cells enter no denominator; they are counted separately.
 
-That rule is the ``stated`` definition. The papers' figures follow from a second, registered
+That rule is the ``stated`` definition. arXiv:2609.00363's figures follow from a second, registered
 definition (``paper``, see ``Definition``); the scorecard, detection, flips and totals tables carry
 a ``definition`` key so both are computed from the same cells table and shown side by side.
 """
@@ -177,7 +177,7 @@ def cells_table(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def reverted_matrix(corrected: pd.DataFrame) -> pd.DataFrame:
-    """The corrected matrix with exactly its post-data corrections undone (the papers' "original")."""
+    """The corrected matrix with exactly its post-data corrections undone (arXiv:2609.00363's "original")."""
     out = corrected.copy()
     flagged = out["corrected_post_data"].astype(bool)
     if out.loc[flagged, "original_prediction"].isna().any():

@@ -1,11 +1,11 @@
 """The scoring definitions paper.yaml registers, importable without pandas (the plan-time gate checks them).
 
-The stated rule (analysis.yaml's reading rule, ``int8alibi.analysis.scoring``) is one definition. The papers'
-own figures follow from another (registered in preregistration/paper.yaml): their "original" matrix
-is the corrected one with its post-data corrections undone ("reverted"); check 6 is read in both
-scale regimes; and a cell counts when its fault changed the output or the operands an arm received,
-so an operand change that leaves every output bit alone (F9's pct rung under own scales) still
-enters the rates.
+The stated rule (analysis.yaml's reading rule, ``int8alibi.analysis.scoring``) is one definition.
+arXiv:2609.00363's own figures (its fault campaign) follow from another (registered in
+preregistration/paper.yaml): its "original" matrix is the corrected one with its post-data
+corrections undone ("reverted"); check 6 is read in both scale regimes; and a cell counts when its
+fault changed the output or the operands an arm received, so an operand change that leaves every
+output bit alone (F9's pct rung under own scales) still enters the rates.
 """
 
 from __future__ import annotations

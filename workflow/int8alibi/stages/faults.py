@@ -3,7 +3,7 @@
 Every captured layer (checkpoint ``own``, prefill) runs 42 cells (9 faults x severities x 2 scale
 regimes), each evaluated by the 7 checks and scored under the corrected and the original matrix.
 Writes cells.parquet (one row per cell x check), scorecard.parquet, detection.parquet, flips.parquet
-and totals.parquet under both scoring definitions (paper.yaml: the stated rule and the papers'
+and totals.parquet under both scoring definitions (paper.yaml: the stated rule and arXiv:2609.00363's
 figures), decisions.parquet (analysis.yaml's decision rules evaluated), ulp_distribution.parquet and
 manifest.json.
 
