@@ -23,21 +23,26 @@ def _points(rate: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return k, p, seeds
 
 
-def _select(k: np.ndarray, p: np.ndarray) -> str:
-    return F.select({m: F.held_out_rmse(m, k, p) for m in F.MODELS}, parsimony=0.10)
+def _held(k: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    return {m: F.held_out_rmse(m, k, p) for m in F.MODELS}
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_a_constant_rate_series_is_not_called_saturating(seed: int) -> None:
+def test_a_constant_rate_series_under_both_rules(seed: int) -> None:
+    """The parsimony sensitivity never calls a constant series saturating; the primary rule takes
+    whichever model has the lowest held-out error, even a flexible one fitting noise."""
     k, p, _ = _points(np.full(len(GRID), 5e-6), seed)
-    assert _select(k, p) == "constant"
+    held = _held(k, p)
+    assert F.select_parsimonious(held, 0.10) == "constant"
+    assert held[F.select_lowest(held)] == min(held.values())
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.518, 0.8])
 def test_a_saturating_series_recovers_its_exponent(alpha: float) -> None:
     c = 0.08 / 512**alpha  # 8% at K=512, like the paper's first point
     k, p, seeds = _points(-np.expm1(-c * GRID**alpha), 1)
-    assert _select(k, p) == "generalized-saturation"
+    held = _held(k, p)
+    assert F.select_lowest(held) == F.select_parsimonious(held, 0.10) == "generalized-saturation"
     result = F.fit("generalized-saturation", k, p)
     assert result.params["alpha"] == pytest.approx(alpha, abs=0.01)
     assert result.params["c"] == pytest.approx(c, rel=0.1)
@@ -62,11 +67,28 @@ def test_reported_parameters_are_in_k_units() -> None:
     assert F.fit("power", GRID, 0.002 * GRID**0.4).params == pytest.approx({"c": 0.002, "alpha": 0.4})
 
 
-def test_parsimony_prefers_fewer_parameters_within_the_margin() -> None:
-    assert F.select({"constant": 1.05, "power": 1.0, "generalized-saturation": 0.99}, 0.10) == "constant"
-    assert F.select({"constant": 1.2, "power": 1.0, "generalized-saturation": 0.99}, 0.10) == "generalized-saturation"
-    with pytest.raises(InputError, match="no model"):
-        F.select({}, 0.1)
+def test_the_rules_disagree_when_a_simpler_model_is_within_the_margin() -> None:
+    held = {"constant": 1.05, "power": 1.0, "generalized-saturation": 0.99}
+    assert F.select_lowest(held) == "generalized-saturation"  # 0.99 is the lowest
+    assert F.select_parsimonious(held, 0.10) == "constant"    # 1.05 <= 0.99 * 1.10, one parameter
+
+
+def test_the_rules_agree_when_no_simpler_model_is_within_the_margin() -> None:
+    held = {"constant": 1.2, "power": 1.0, "generalized-saturation": 0.99}
+    assert F.select_lowest(held) == F.select_parsimonious(held, 0.10) == "generalized-saturation"
+
+
+def test_selection_boundaries() -> None:
+    """An exact tie goes to fewer parameters, then the name; the margin's edge is inside it."""
+    assert F.select_lowest({"power": 1.0, "constant": 1.0}) == "constant"
+    assert F.select_lowest({"power": 1.0, "generalized-saturation": 1.0}) == "generalized-saturation"
+    at_edge = {"constant": 1.0 * (1 + 0.10), "power": 1.0}
+    assert F.select_parsimonious(at_edge, 0.10) == "constant"
+    assert F.select_parsimonious({**at_edge, "constant": at_edge["constant"] + 1e-9}, 0.10) == "power"
+    assert F.select_parsimonious(at_edge, 0.0) == F.select_lowest(at_edge) == "power"
+    for rule in (F.select_lowest, lambda h: F.select_parsimonious(h, 0.1)):
+        with pytest.raises(InputError, match="no model"):
+            rule({})
 
 
 def test_held_out_error_is_computed_on_left_out_k_only() -> None:

@@ -1,11 +1,13 @@
-"""Pair statistics on boundary bit patterns: signed zeros, neighbours across zero, NaN, infinities."""
+"""Pair statistics on boundary bit patterns: signed zeros, neighbours across zero, NaN, infinities; the
+median relative difference and the two >= 2 ulp shares against their definitions in ksweep.yaml."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from int8alibi.errors import InputError
-from int8alibi.ksweep.stats import bin_labels, compare
+from int8alibi.ksweep.stats import bin_labels, compare, median
 
 EDGES = [1, 2, 3, 5, 9, 17, 65]
 
@@ -93,3 +95,51 @@ def test_bins_and_inputs_are_checked() -> None:
         compare(torch.zeros(2), torch.zeros(2), near_zero_fraction=0.01, edges=EDGES)
     with pytest.raises(InputError, match="shapes differ"):
         compare(bf16([0, 0]), bf16([0]), near_zero_fraction=0.01, edges=EDGES)
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
+    """|a - b| / |a| in float64, element by element."""
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    return np.abs(a64 - b64) / np.abs(a64)
+
+
+@pytest.mark.parametrize("steps", [[1, 2, 4], [1, 2, 4, 16], [7]])
+def test_median_relative_difference_is_over_differing_finite_non_near_zero_elements(steps: list[int]) -> None:
+    """Odd, even and single counts; a near-zero, a non-finite and an equal element stay out of it."""
+    near, nan = 0x3C00, 0x7FC0  # 2^-7, below the 0.01 cut of an RMS near 1; quiet NaN
+    a = bf16(_far() + [0x3F80] * len(steps) + [near, nan, 0x3F80])
+    b = bf16(_far() + [0x3F80 + d for d in steps] + [near + 50, 0x3F80, 0x3F80])
+    s = compare(a, b, near_zero_fraction=0.01, edges=EDGES)
+    counted = _relative(a[64:64 + len(steps)], b[64:64 + len(steps)])
+    assert s.differing_non_near_zero == len(steps)
+    assert s.median_relative_difference == pytest.approx(float(np.median(counted)), rel=1e-12)
+    assert s.max_relative_difference == pytest.approx(float(counted.max()), rel=1e-12)
+
+
+def test_median_of_an_even_count_is_the_mean_of_the_two_middle_values() -> None:
+    values = torch.tensor([4.0, 1.0, 3.0, 2.0], dtype=torch.float64)
+    assert median(values) == pytest.approx((2.0 + 3.0) / 2)
+    assert median(values) != float(torch.median(values))  # torch takes the lower middle value
+    assert median(torch.tensor([5.0], dtype=torch.float64)) == 5.0
+    assert median(torch.tensor([], dtype=torch.float64)) is None
+
+
+def test_no_differing_non_near_zero_element_has_no_median_or_share() -> None:
+    a = bf16(_far() + [0x3C00])
+    s = compare(a, bf16(_far() + [0x3C05]), near_zero_fraction=0.01, edges=EDGES)  # differs only near zero
+    assert s.differing == 1 and s.differing_non_near_zero == 0
+    assert s.median_relative_difference is None and s.max_relative_difference is None
+    assert s.ge2_ulp_share is None and s.ge2_ulp_share_of_all == 0.0
+
+
+def test_ge2_ulp_share_of_all_outputs_and_of_differing_non_near_zero_ones() -> None:
+    """The same >= 2 ulp count over two denominators; a near-zero element at 3 ulp counts in neither."""
+    steps = [1, 1, 2, 3, 40]
+    a = bf16(_far() + [0x3F80] * len(steps) + [0x3C00])
+    b = bf16(_far() + [0x3F80 + d for d in steps] + [0x3C03])
+    s = compare(a, b, near_zero_fraction=0.01, edges=EDGES)
+    ge2 = sum(d >= 2 for d in steps)
+    assert s.ge2_ulp_non_near_zero == ge2
+    assert s.ge2_ulp_share == pytest.approx(ge2 / len(steps))
+    assert s.ge2_ulp_share_of_all == pytest.approx(ge2 / a.numel())
+    assert s.ge2_ulp_share_of_all < s.ge2_ulp_share

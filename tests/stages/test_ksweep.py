@@ -20,7 +20,8 @@ from int8alibi.stages import ksweep as stage
 PROJECT = Path(__file__).resolve().parents[2]
 SCHEMAS = {"counts": stage.COUNTS_SCHEMA, "ulp": stage.ULP_SCHEMA, "fits": stage.FITS_SCHEMA,
            "summary": stage.SUMMARY_SCHEMA, "evidence": stage.EVIDENCE_SCHEMA}
-MEASURED = ["elements", "differing", "prevalence", "max_ulp", "max_relative_difference", "ge2_ulp_share"]
+MEASURED = ["elements", "differing", "prevalence", "max_ulp", "max_relative_difference", "median_relative_difference",
+            "ge2_ulp_share", "ge2_ulp_share_of_all"]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,7 @@ def test_without_a_gpu_every_table_says_not_run(no_gpu: None, tmp_path: Path, sp
     summary = tables["summary"]
     assert list(summary["rate_test"]) == [stage.NO_GPU] * len(spec["pairs"])
     assert summary["chi_square"].isna().all() and summary["selected_model"].isna().all()
+    assert summary["selected_model_parsimony"].isna().all()
     evidence = tables["evidence"]
     assert set(evidence.loc[evidence["item"] == "status", "value"]) == {stage.NO_GPU}
     manifest = load_manifest(tmp_path / "a" / "manifest.json")
@@ -64,29 +66,44 @@ def test_not_run_tables_are_byte_identical_across_runs(no_gpu: None, tmp_path: P
 
 
 def _synthetic_counts(spec: dict[str, Any]) -> pd.DataFrame:
-    """Binomial counts: INT8 at a constant 5 per million, FP8 on 1 - exp(-c K^0.518)."""
+    """Binomial counts: INT8 at a constant 5 per million, FP8 on 1 - exp(-c K^0.518); magnitudes
+    (relative differences, ulp, >= 2 ulp counts) drawn from a second generator, growing with K."""
     rng = np.random.default_rng(0)  # fixed: under a constant rate the test rejects 5% of draws
+    size = np.random.default_rng(1)
     elements = spec["grid"]["m"] * spec["grid"]["n"]
     rows = []
     for p in spec["pairs"]:
         for k in spec["grid"]["k"]:
             rate = 5e-6 if p["format"] == "int8" or p["id"] == "fp8-cutlass-triton" else \
                 -np.expm1(-0.08 / 512**0.518 * k**0.518)
+            depth = np.log2(k / 256)
             for seed in spec["grid"]["seeds"]:
                 d = int(rng.binomial(elements, rate))
+                far = int(d * 0.9)
+                grows = p["format"] == "fp8" and far > 0
                 rows.append({"pair": p["id"], "format": p["format"], "k": k, "seed": seed, "arm_a": p["arms"][0],
                              "arm_b": p["arms"][1], "status": stage.RUN, "m": spec["grid"]["m"],
                              "n": spec["grid"]["n"], "elements": elements, "differing": d,
-                             "prevalence": d / elements})
+                             "prevalence": d / elements, "differing_non_near_zero": far,
+                             "ge2_ulp_non_near_zero": int(far * 0.05 * depth) if grows else 0,
+                             "max_ulp": int(size.integers(2, 10 ** (1 + depth / 2))) if grows else (1 if d else None),
+                             "max_relative_difference": float(size.uniform(0.05, 0.2) * depth) if grows else
+                             (float(size.uniform(1e-3, 7e-3)) if far else None),
+                             "median_relative_difference": float(size.uniform(5e-3, 7e-3)) if far else None})
     return stage.frame(rows, stage.COUNTS_SCHEMA)
 
 
 def test_fits_and_summary_on_synthetic_counts(spec: dict[str, Any], tmp_path: Path) -> None:
     counts = _synthetic_counts(spec)
     fits_rows, selected = stage.model_rows(spec, counts)
-    assert selected == {"int8-cutlass-triton": "constant", "fp8-scaledmm-cutlass": "generalized-saturation",
-                        "fp8-cutlass-triton": "constant"}
+    assert selected["fp8-scaledmm-cutlass"] == stage.Selected("generalized-saturation", "generalized-saturation")
+    assert selected["int8-cutlass-triton"].parsimony == selected["fp8-cutlass-triton"].parsimony == "constant"
     fits = stage.frame(fits_rows, stage.FITS_SCHEMA)
+    for pair, chosen in selected.items():  # the fits table marks each rule's model, and the primary has the lowest
+        mine = fits[fits["pair"] == pair]
+        assert list(mine.loc[mine["selected"] == True, "model"]) == [chosen.primary]  # noqa: E712
+        assert list(mine.loc[mine["selected_parsimony"] == True, "model"]) == [chosen.parsimony]  # noqa: E712
+        assert mine.loc[mine["selected"] == True, "heldout_rmse"].iloc[0] == mine["heldout_rmse"].min()  # noqa: E712
     sat = fits[(fits["pair"] == "fp8-scaledmm-cutlass") & (fits["model"] == "generalized-saturation")].iloc[0]
     assert sat["alpha"] == pytest.approx(0.518, abs=0.01)
     assert sat["alpha_lower"] < 0.518 < sat["alpha_upper"]
@@ -96,14 +113,39 @@ def test_fits_and_summary_on_synthetic_counts(spec: dict[str, Any], tmp_path: Pa
     assert summary.loc["int8-cutlass-triton", "rate_test"] == "not rejected"
     assert summary.loc["fp8-scaledmm-cutlass", "rate_test"] == "rejected"
     assert summary.loc["int8-cutlass-triton", "df"] == len(spec["grid"]["k"]) - 1
-    assert not summary.loc["int8-cutlass-triton", "saturating"]
+    assert summary.loc["int8-cutlass-triton", "saturating"] == (selected["int8-cutlass-triton"].primary
+                                                                == "generalized-saturation")
     assert summary.loc["fp8-scaledmm-cutlass", "saturating"]
+    for pair, chosen in selected.items():
+        assert (summary.loc[pair, "selected_model"], summary.loc[pair, "selected_model_parsimony"]) == chosen
     # the assembled rows satisfy the declared schemas
     from int8alibi.provenance.parquet import write_table
 
     write_table(fits, tmp_path / "fits.parquet", stage.FITS_SCHEMA, stage.FITS_KEY)
     write_table(stage.frame(list(summary.reset_index().to_dict("records")), stage.SUMMARY_SCHEMA),
                 tmp_path / "summary.parquet", stage.SUMMARY_SCHEMA, stage.SUMMARY_KEY)
+
+
+def test_counts_rows_carry_the_new_estimators_through_the_parquet_schema(tmp_path: Path) -> None:
+    """A CPU comparison's row, written and read back: median and share of all equal their definitions."""
+    from int8alibi.ksweep.stats import compare
+    from int8alibi.provenance.parquet import write_table
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 96, generator=g).to(torch.bfloat16)
+    b = (a.float() * (1 + 2e-2 * torch.randn(64, 96, generator=g))).to(torch.bfloat16)
+    s = compare(a, b, near_zero_fraction=0.01, edges=[1, 2, 3, 5, 9, 17, 65])
+    row = {"pair": "fp8-x", "format": "fp8", "k": 96, "seed": 0, "arm_a": "x", "arm_b": "y", "status": stage.RUN,
+           "m": 64, "n": 96, **stage._stat_row(s)}
+    write_table(stage.frame([row], stage.COUNTS_SCHEMA), tmp_path / "c.parquet", stage.COUNTS_SCHEMA, stage.COUNTS_KEY)
+    back = read_table(tmp_path / "c.parquet", stage.COUNTS_SCHEMA).iloc[0]
+    a64, b64 = a.double().numpy().ravel(), b.double().numpy().ravel()
+    far = np.abs(a64) >= 0.01 * np.sqrt(np.mean(a64**2))
+    rel = (np.abs(a64 - b64) / np.abs(a64))[far & (a64 != b64)]
+    assert back["median_relative_difference"] == pytest.approx(float(np.median(rel)), rel=1e-12)
+    assert back["max_relative_difference"] == pytest.approx(float(rel.max()), rel=1e-12)
+    assert back["ge2_ulp_share_of_all"] == pytest.approx(back["ge2_ulp_non_near_zero"] / a.numel())
+    assert back["ge2_ulp_share"] == pytest.approx(back["ge2_ulp_non_near_zero"] / back["differing_non_near_zero"])
 
 
 def test_arm_choice_falls_back_or_says_why(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> None:

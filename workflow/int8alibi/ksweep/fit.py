@@ -3,9 +3,9 @@
 All models are fitted by one objective, least squares on prevalence, so their errors compare on the
 same scale. The two nonlinear models are solved by Levenberg-Marquardt started from their
 log-linearized fit, with the exponent on ln(K / K0) (K0 the grid's geometric mean) for
-conditioning. Selection prefers fewer parameters when the held-out error is within a registered
-margin of the best, so a constant series is never called saturating merely because a flexible
-model can also draw a flat line.
+conditioning. Selection takes the lowest held-out error (the rule of arXiv:2608.13756); the
+registered sensitivity prefers fewer parameters when the held-out error is within a margin of the
+best, so one can see whether a flexible model won only by drawing a flat line a little better.
 """
 
 from __future__ import annotations
@@ -136,13 +136,20 @@ def held_out_rmse(model: str, k: Sequence[float], p: Sequence[float]) -> float:
     return float(np.sqrt(np.mean(np.concatenate(errors) ** 2)))
 
 
-def select(held_out: dict[str, float], parsimony: float) -> str:
-    """The lowest held-out error, unless a model with fewer parameters is within ``parsimony`` of it."""
+def select_lowest(held_out: dict[str, float]) -> str:
+    """The primary rule: the lowest held-out error; an exact tie goes to fewer parameters, then the name."""
+    if not held_out:
+        raise InputError("ksweep fit: no model to select from")
+    return min(held_out, key=lambda m: (held_out[m], len(MODELS[m][2]), m))
+
+
+def select_parsimonious(held_out: dict[str, float], parsimony: float) -> str:
+    """The sensitivity: fewest parameters among models within ``parsimony`` (relative) of the lowest error."""
     if not held_out:
         raise InputError("ksweep fit: no model to select from")
     best = min(held_out.values())
     near = [m for m, e in held_out.items() if e <= best * (1 + parsimony) + _EPS]
-    return min(near, key=lambda m: (len(MODELS[m][2]), held_out[m]))
+    return min(near, key=lambda m: (len(MODELS[m][2]), held_out[m], m))
 
 
 def t_quantile(q: float, df: int) -> float:

@@ -1,4 +1,4 @@
-"""How two bf16 outputs of one pair differ: prevalence, ulp histogram, the >= 2 ulp share, relative size.
+"""How two bf16 outputs of one pair differ: prevalence, ulp histogram, the >= 2 ulp shares, relative size.
 
 Distances are counted on ordered bf16 bit patterns (``arith.ulp``: both zeros at 0, neighbours
 across zero one apart). A pair with an inf or NaN on either side has no distance: it is counted as
@@ -33,6 +33,7 @@ class PairStats:
     ge2_ulp_non_near_zero: int
     max_ulp: int | None
     max_relative_difference: float | None
+    median_relative_difference: float | None
     histogram: dict[str, list[int]]  # region -> counts per bin (bins from the protocol's lower edges)
 
     @property
@@ -45,6 +46,23 @@ class PairStats:
         if not self.differing_non_near_zero:
             return None
         return self.ge2_ulp_non_near_zero / self.differing_non_near_zero
+
+    @property
+    def ge2_ulp_share_of_all(self) -> float:
+        """The same >= 2 ulp non-near-zero elements as a share of all outputs (arXiv:2608.13756 reports both)."""
+        return self.ge2_ulp_non_near_zero / self.elements if self.elements else 0.0
+
+
+def median(values: torch.Tensor) -> float | None:
+    """The middle value of a 1-D tensor, the mean of the two middle ones for an even count; None if empty.
+
+    torch.median returns the lower middle value for an even count, which is not the registered median.
+    """
+    n = values.numel()
+    if not n:
+        return None
+    ordered = values.sort().values
+    return float(((ordered[(n - 1) // 2] + ordered[n // 2]) / 2).item())
 
 
 def bin_labels(edges: Sequence[int]) -> list[tuple[int, int | None]]:
@@ -75,8 +93,8 @@ def compare(a: torch.Tensor, b: torch.Tensor, *, near_zero_fraction: float, edge
         histogram[region] = torch.bincount(index, minlength=len(bins)).tolist()
     diff_far = far & differ
     diff_finite = finite & differ
-    rel = (a64 - b64).abs() / a64.abs()
-    n_far = int(diff_far.sum().item())
+    rel = ((a64 - b64).abs() / a64.abs())[diff_far]
+    n_far = rel.numel()
     return PairStats(
         elements=a.numel(),
         differing=int(differ.sum().item()),
@@ -88,6 +106,7 @@ def compare(a: torch.Tensor, b: torch.Tensor, *, near_zero_fraction: float, edge
         differing_non_near_zero=n_far,
         ge2_ulp_non_near_zero=int((diff_far & (distance >= 2)).sum().item()),
         max_ulp=int(distance[diff_finite].max().item()) if bool(diff_finite.any()) else None,
-        max_relative_difference=float(rel[diff_far].max().item()) if n_far else None,
+        max_relative_difference=float(rel.max().item()) if n_far else None,
+        median_relative_difference=median(rel),
         histogram=histogram,
     )

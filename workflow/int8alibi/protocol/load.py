@@ -249,6 +249,12 @@ def _verify_ksweep(k: Mapping[str, Any]) -> None:
     if k["paper"]["fp8"]["best_model"] not in models:
         raise ProtocolError(f"{pins.KSWEEP}: paper.fp8.best_model {k['paper']['fp8']['best_model']!r} is not a "
                             f"candidate model")
+    order = k["paper"]["comparator"]["order"]
+    for fmt in ("int8", "fp8"):
+        registered = [p["id"] for p in k["pairs"] if p["format"] == fmt]
+        if list(order[fmt]) != registered:
+            raise ProtocolError(f"{pins.KSWEEP}: paper.comparator.order.{fmt} must list the {fmt} pairs in the "
+                                f"registration order of `pairs` ({registered}), found {list(order[fmt])}")
 
 
 def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:

@@ -2,8 +2,9 @@
 
 Per seed the operands are drawn once; per K both formats are quantized and every registered pair
 runs its two arms on the very same operands. The tables hold counts and magnitudes per
-pair x K x seed, the ulp histogram, the constant-rate test and the model comparison per pair, and
-the evidence of which binaries ran. Without a GPU (or without vLLM for a pair that has no
+pair x K x seed, the ulp histogram, the constant-rate test and the model comparison per pair (the
+model each selection rule picks: the primary lowest held-out error and the parsimony sensitivity),
+and the evidence of which binaries ran. Without a GPU (or without vLLM for a pair that has no
 fallback) the rows say "not run: <why>" and every measurement is null: nothing is emulated in a
 binary's place.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -52,8 +53,9 @@ COUNTS_SCHEMA = pa.schema([
     _f("prevalence", pa.float64()), _f("nonfinite_pairs", pa.int64()), _f("signed_zero_pairs", pa.int64()),
     _f("near_zero_threshold", pa.float64()), _f("near_zero_elements", pa.int64()),
     _f("differing_near_zero", pa.int64()), _f("differing_non_near_zero", pa.int64()),
-    _f("ge2_ulp_non_near_zero", pa.int64()), _f("ge2_ulp_share", pa.float64()), _f("max_ulp", pa.int64()),
-    _f("max_relative_difference", pa.float64()), _f("a_repeatable", pa.bool_()), _f("b_repeatable", pa.bool_()),
+    _f("ge2_ulp_non_near_zero", pa.int64()), _f("ge2_ulp_share", pa.float64()),
+    _f("ge2_ulp_share_of_all", pa.float64()), _f("max_ulp", pa.int64()), _f("max_relative_difference", pa.float64()),
+    _f("median_relative_difference", pa.float64()), _f("a_repeatable", pa.bool_()), _f("b_repeatable", pa.bool_()),
     _f("a_equals_emulation", pa.bool_()), _f("b_equals_emulation", pa.bool_()),
 ])
 COUNTS_KEY = ["pair", "k", "seed"]
@@ -69,9 +71,9 @@ FITS_SCHEMA = pa.schema([
     _f("pair", pa.string(), False), _f("model", pa.string(), False), _f("status", pa.string(), False),
     _f("parameters", pa.int64(), False), _f("c", pa.float64()), _f("a", pa.float64()), _f("b", pa.float64()),
     _f("alpha", pa.float64()), _f("train_rmse", pa.float64()), _f("heldout_rmse", pa.float64()),
-    _f("selected", pa.bool_()), _f("alpha_jackknife_se", pa.float64()), _f("alpha_lower", pa.float64()),
-    _f("alpha_upper", pa.float64()), _f("alpha_low_half", pa.float64()), _f("alpha_high_half", pa.float64()),
-    _f("alpha_leave_k_min", pa.float64()), _f("alpha_leave_k_max", pa.float64()),
+    _f("selected", pa.bool_()), _f("selected_parsimony", pa.bool_()), _f("alpha_jackknife_se", pa.float64()),
+    _f("alpha_lower", pa.float64()), _f("alpha_upper", pa.float64()), _f("alpha_low_half", pa.float64()),
+    _f("alpha_high_half", pa.float64()), _f("alpha_leave_k_min", pa.float64()), _f("alpha_leave_k_max", pa.float64()),
 ])
 FITS_KEY = ["pair", "model"]
 
@@ -80,7 +82,7 @@ SUMMARY_SCHEMA = pa.schema([
     _f("arm_b", pa.string(), False), _f("status", pa.string(), False), _f("elements", pa.int64()),
     _f("differing", pa.int64()), _f("chi_square", pa.float64()), _f("df", pa.int64()), _f("p_value", pa.float64()),
     _f("constant_rate_rejected", pa.bool_()), _f("rate_test", pa.string(), False),
-    _f("selected_model", pa.string()), _f("saturating", pa.bool_()),
+    _f("selected_model", pa.string()), _f("selected_model_parsimony", pa.string()), _f("saturating", pa.bool_()),
 ])
 SUMMARY_KEY = ["pair"]
 
@@ -117,7 +119,9 @@ def _stat_row(s: PairStats) -> dict[str, Any]:
             "near_zero_threshold": s.near_zero_threshold, "near_zero_elements": s.near_zero_elements,
             "differing_near_zero": s.differing_near_zero, "differing_non_near_zero": s.differing_non_near_zero,
             "ge2_ulp_non_near_zero": s.ge2_ulp_non_near_zero, "ge2_ulp_share": s.ge2_ulp_share,
-            "max_ulp": s.max_ulp, "max_relative_difference": s.max_relative_difference}
+            "ge2_ulp_share_of_all": s.ge2_ulp_share_of_all, "max_ulp": s.max_ulp,
+            "max_relative_difference": s.max_relative_difference,
+            "median_relative_difference": s.median_relative_difference}
 
 
 def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
@@ -199,12 +203,19 @@ def _alpha_fits(model: str, k: np.ndarray, p: np.ndarray, seeds: np.ndarray, spl
             "alpha_leave_k_min": min(by_k), "alpha_leave_k_max": max(by_k)}
 
 
-def model_rows(spec: Mapping[str, Any], counts: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """(fits rows, pair -> selected model) for every pair; pairs that did not run get status rows."""
+class Selected(NamedTuple):
+    """One pair's model under each registered rule: the primary (lowest held-out error) and the sensitivity."""
+
+    primary: str
+    parsimony: str
+
+
+def model_rows(spec: Mapping[str, Any], counts: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, Selected]]:
+    """(fits rows, pair -> selected models) for every pair; pairs that did not run get status rows."""
     models = spec["models"]
     interval = models["exponent_interval"]
     rows: list[dict[str, Any]] = []
-    selected: dict[str, str] = {}
+    selected: dict[str, Selected] = {}
     for p in spec["pairs"]:
         got = counts[(counts["pair"] == p["id"]) & (counts["status"] == RUN)]
         if got.empty:
@@ -216,12 +227,13 @@ def model_rows(spec: Mapping[str, Any], counts: pd.DataFrame) -> tuple[list[dict
         prev = got["prevalence"].to_numpy(dtype=float)
         seeds = got["seed"].to_numpy(dtype=int)
         held = {c["id"]: fitting.held_out_rmse(c["id"], k, prev) for c in models["candidates"]}
-        selected[p["id"]] = fitting.select(held, models["selection"]["parsimony"])
+        chosen = selected[p["id"]] = Selected(
+            fitting.select_lowest(held), fitting.select_parsimonious(held, models["selection"]["parsimony_sensitivity"]))
         for c in models["candidates"]:
             result = fitting.fit(c["id"], k, prev)
             row = {"pair": p["id"], "model": c["id"], "status": RUN, "parameters": len(c["parameters"]),
                    **result.params, "train_rmse": result.rmse, "heldout_rmse": held[c["id"]],
-                   "selected": c["id"] == selected[p["id"]]}
+                   "selected": c["id"] == chosen.primary, "selected_parsimony": c["id"] == chosen.parsimony}
             if "alpha" in result.params:
                 row.update(_alpha_fits(c["id"], k, prev, seeds, interval["half_split_k"], interval["level"],
                                        result.params["alpha"]))
@@ -229,8 +241,9 @@ def model_rows(spec: Mapping[str, Any], counts: pd.DataFrame) -> tuple[list[dict
     return rows, selected
 
 
-def summary_rows(spec: Mapping[str, Any], counts: pd.DataFrame, selected: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Per pair: the constant-rate chi-square over K (counts summed over seeds) and the selected model."""
+def summary_rows(spec: Mapping[str, Any], counts: pd.DataFrame,
+                 selected: Mapping[str, Selected]) -> list[dict[str, Any]]:
+    """Per pair: the constant-rate chi-square over K (counts summed over seeds) and the model of each rule."""
     alpha = spec["statistics"]["int8_constant_rate_test"]["alpha"]
     rows = []
     for p in spec["pairs"]:
@@ -244,8 +257,9 @@ def summary_rows(spec: Mapping[str, Any], counts: pd.DataFrame, selected: Mappin
         by_k = got.groupby("k", sort=True)[["differing", "elements"]].sum()
         test = fitting.constant_rate_test(by_k["differing"].tolist(), by_k["elements"].tolist())
         row.update(elements=test.elements, differing=test.differing, chi_square=test.statistic, df=test.df,
-                   p_value=test.p_value, selected_model=selected[p["id"]],
-                   saturating=selected[p["id"]] == "generalized-saturation")
+                   p_value=test.p_value, selected_model=selected[p["id"]].primary,
+                   selected_model_parsimony=selected[p["id"]].parsimony,
+                   saturating=selected[p["id"]].primary == "generalized-saturation")
         if test.statistic is None:
             row["rate_test"] = "not applicable: the pooled rate is 0 or 1"
         else:
