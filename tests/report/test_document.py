@@ -1,18 +1,24 @@
-"""Report rendering: human labels, formatted numbers, tables that scroll inside their own box."""
+"""Report rendering: human labels, formatted numbers, tables that scroll inside their own box, the
+verdict box, the contents, the glossary's definition list, no stray Markdown bold, print CSS."""
 
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
 from int8alibi.report import svg
-from int8alibi.report.document import Document, Source, Table, label, to_html, to_markdown
+from int8alibi.report.document import (MAIN_ROWS, Box, Contents, Definitions, Document, Heading, Paragraph, Source,
+                                       Table, label, slug, to_html, to_markdown)
+
+SRC = (Source("res/x.parquet", "ab" * 32),)
 
 
 def _doc() -> Document:
     frame = pd.DataFrame({"false_positive_rate": [0.557562], "fn": [392], "differing_per_million": [4.923],
                           "detected_by": ["1,4"], "all_pow2": [True], "detection_rate": [None]})
     doc = Document("t")
-    doc.add(Table("c", frame, (Source("res/x.parquet", "ab" * 32),), labels=(("fn", "false negatives"),)))
+    doc.add(Table("c", frame, SRC, labels=(("fn", "false negatives"),)))
     return doc
 
 
@@ -30,23 +36,91 @@ def test_html_tables_scroll_inside_their_box_and_keep_their_source() -> None:
     assert "source: res/x.parquet (sha256 abababababababab…)" in html
 
 
-def test_ulp_buckets_show_the_real_range() -> None:
-    assert [svg.ulp_bucket(v) for v in (0, 1, 2, 15, 16, 300, 4096, None, float("nan"))] == [
-        "0", "1", "2–15", "2–15", "16–255", "256–4095", "≥4096", "non-finite", "non-finite"]
+def test_the_box_is_bordered_in_html_and_a_blockquote_in_markdown() -> None:
+    doc = Document("t")
+    doc.add(Box("Verdicts", (("reproduced", "every pow2 layer is bitwise identical"), "plain line, see `x`")))
+    md, _ = to_markdown(doc)
+    assert "> **Verdicts**\n>\n> - **reproduced** every pow2 layer is bitwise identical\n> - plain line, see `x`" in md
+    html = to_html(doc)
+    assert ('<div class="box" role="note"><p class="box-title">Verdicts</p><ul><li><strong class="verdict">'
+            "reproduced</strong> every pow2 layer is bitwise identical</li><li>plain line, see <code>x</code></li>"
+            "</ul></div>") in html
+    assert re.search(r"\.box\{border:2px solid", html)
+
+
+def test_contents_links_every_level_2_heading_by_its_github_slug_in_both_formats() -> None:
+    doc = Document("Title")
+    doc.add(Contents(), Heading("Fault campaign (checks 1–6, layer level)"), Heading("Detail", 3),
+            Heading("Token-level check 7 (this project's rule)"), Heading("Fault campaign (checks 1–6, layer level)"))
+    md, _ = to_markdown(doc)
+    assert ("**Contents**\n\n- [Fault campaign (checks 1–6, layer level)](#fault-campaign-checks-16-layer-level)\n"
+            "- [Token-level check 7 (this project's rule)](#token-level-check-7-this-projects-rule)\n"
+            "- [Fault campaign (checks 1–6, layer level)](#fault-campaign-checks-16-layer-level-1)\n") in md
+    html = to_html(doc)
+    links = re.findall(r'<nav class="toc">.*?</nav>', html)[0]
+    targets = re.findall(r'href="#([^"]+)"', links)
+    ids = re.findall(r'<h2 id="([^"]+)"', html)
+    assert targets == ids == ["fault-campaign-checks-16-layer-level", "token-level-check-7-this-projects-rule",
+                              "fault-campaign-checks-16-layer-level-1"]
+    assert '<h3 id="detail">' in html and slug("A b_c-d!") == "a-b_c-d"
+
+
+def test_definitions_render_as_a_list_in_both_formats() -> None:
+    doc = Document("t")
+    doc.add(Definitions("Terms", (("ulp", "unit in the last place"), ("excluded-unobservable", "in no denominator"))))
+    md, _ = to_markdown(doc)
+    assert "**Terms**\n\n- **ulp**: unit in the last place\n- **excluded-unobservable**: in no denominator" in md
+    assert ('<dl class="defs"><dt>ulp</dt><dd>unit in the last place</dd><dt>excluded-unobservable</dt>'
+            "<dd>in no denominator</dd></dl>") in to_html(doc)
+
+
+def test_no_stray_bold_markers_a_table_without_sources_has_no_source_line() -> None:
+    """The committed H200 report ended its glossary with a lone `**`: the italic source line of a
+    table without sources. Every `**` left in the Markdown now opens and closes a caption or a term."""
+    doc = Document("t")
+    doc.add(Table("Terms", pd.DataFrame({"term": ["a"], "meaning": ["b"]}), ()))
+    md, _ = to_markdown(doc)
+    assert "\n**\n" not in md and "**" not in md.replace("**Terms**", "")
+    html = to_html(doc)
+    assert '<p class="src"></p>' not in html and "**" not in html
+
+
+def test_a_document_with_main_rows_moves_longer_tables_to_the_appendix_with_a_link() -> None:
+    doc = Document("t", main_rows=MAIN_ROWS)
+    doc.add(Table("Short", pd.DataFrame({"a": range(MAIN_ROWS)}), SRC),
+            Table("Long", pd.DataFrame({"a": range(MAIN_ROWS + 1)}), SRC))
+    assert [type(b) for b in doc.blocks] == [Table, Paragraph]
+    assert doc.blocks[1].text == f"Long: {MAIN_ROWS + 1} rows, appendix A1."
+    assert doc.appendix[0].caption == "A1. Long" and len(doc.appendix[0].frame) == MAIN_ROWS + 1
+    assert '<a href="appendix.html#a1">A1</a>' in to_html(doc)
+    assert "appendix [A1](appendix.md#a1)." in to_markdown(doc)[0]
+    keep = Document("t")  # without main_rows (e.g. the cross-model page) every table stays where it is put
+    keep.add(Table("Long", pd.DataFrame({"a": range(40)}), SRC))
+    assert isinstance(keep.blocks[0], Table) and not keep.appendix
+
+
+def test_the_page_prints_compactly_and_half_width_figures_pair_up() -> None:
+    from int8alibi.report.document import Figure
+
+    doc = Document("t")
+    doc.add(Figure("a", "narrow", svg.column_chart("t", ["0", "1"], [1.0, 2.0], x_label="x", y_label="y",
+                                                   width=svg.HALF_WIDTH), SRC),
+            Figure("b", "wide", svg.column_chart("t", ["0"], [1.0], x_label="x", y_label="y"), SRC))
+    html = to_html(doc)
+    assert '<figure id="a" class="half">' in html and '<figure id="b">' in html
+    css = re.search(r"@media print\{(.*)\}\}", html).group(1)
+    assert "@page{margin:12mm}" in html  # no fixed paper size: A4 and Letter both fit
+    assert "table{font-size:6.5pt" in css and "td,th{white-space:normal;overflow-wrap:anywhere" in css
+    assert ".tw{overflow:visible" in css  # no table is clipped to a scroll box on paper
 
 
 def test_axes_cover_every_bar_and_name_their_ticks() -> None:
-    import re
-
     assert svg.nice_ticks(0, 6.7) == [0.0, 2.0, 4.0, 6.0, 8.0]      # the last tick is at or above the largest value
     assert svg.nice_ticks(-11.8, -6.4) == [-12.0, -10.0, -8.0, -6.0]
-    chart = svg.bar_chart("t", ["a", "b"], [6.7, 1.0], x_label="headroom (bits)", y_label="block")
-    axis = re.search(r'<g class="axis x"><line x1="([\d.]+)" y1="[\d.]+" x2="([\d.]+)"', chart)
-    assert axis is not None
-    widths = [float(w) for w in re.findall(r'<rect x="150" y="[\d.]+" width="([\d.]+)"', chart)]
-    assert max(widths) <= float(axis.group(2)) - float(axis.group(1))
-    assert re.findall(r'class="tick"[^>]*>([^<]+)<', chart)[-5:] == ["0", "2", "4", "6", "8"]
+    chart = svg.column_chart("t", ["a", "b"], [6.7, 1.0], x_label="block", y_label="headroom (bits)")
+    heights = [float(h) for h in re.findall(r'class="column"[^>]* height="([\d.]+)"', chart)]
+    assert max(heights) <= 150 and re.findall(r'class="tick"[^>]*>([^<]+)<', chart)[:4] == ["0", "5", "10", "a"]
     stacked = svg.stacked_bars("t", ["F1"], {"0": [1000], "1": [260]}, x_label="cells (count)", y_label="fault")
-    assert ">1500<" in stacked and ">cells (count)<" in stacked
+    assert ">1500<" in stacked and ">cells (count)<" in stacked and ">1,260<" in stacked
     heat = svg.heat_map("t", ["F1"], ["5"], [[None]], x_label="check", y_label="fault", scale_label="share fired")
     assert ">share fired<" in heat and ">n/a<" in heat and 'class="colour-scale"' in heat

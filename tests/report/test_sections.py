@@ -1,4 +1,5 @@
-"""Report sections that quote the papers: determinism's probe sentence and prefill versus decode."""
+"""Report sections that quote the papers: determinism's probe sentence and prefill versus decode;
+the perplexity and predictor tables for people; jargon explained where it is used."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ def test_prefill_decode_sentence_sets_flips_and_first_modules_beside_the_papers_
         "kind": ["head", "head", None, None]}))
     blocks = prefill_decode(Tables(tmp_path, CLAIMS), Document("t"))
     text = next(b.text for b in blocks if isinstance(b, Paragraph))
-    assert "own: 1 of 8 generated positions flip top-1 (a 12.5% (90% sequence-cluster interval 0.0–25.0%))" in text
-    assert "first diverging module in 2 of 2 sequences: lm_head (head) in 2" in text
-    assert "probe: 0 of 8 generated positions flip top-1" in text and "at 0; no first divergence" in text
+    assert ("own: 1 of 8 flip, the logits differ at 5, first diverging module in 2 of 2 sequences: lm_head (head) in 2; "
+            "probe: 0 of 8 flip, the logits differ at 0, no first divergence.") in text
+    assert "per arm, with intervals: the table below" in text
     assert "8.6% of tokens flipping under real scales and 2.9% under the probe" in text
     assert sum(isinstance(b, Table) for b in blocks) == 1  # the per-sequence table went to the appendix
     assert "First diverging module per sequence: appendix A1." in [b.text for b in blocks if isinstance(b, Paragraph)]
@@ -69,3 +70,62 @@ def test_a_vllm_run_names_its_engine_and_each_arms_logged_kernel_class(tmp_path:
     assert dict(zip(kernels["arm"], kernels["kernel"])) == {
         "vllm-cutlass": "CutlassInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8",
         "vllm-triton": "TritonInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8"}
+
+
+def test_perplexity_shows_one_row_per_arm_and_the_tests_apart() -> None:
+    from int8alibi.report.sections import perplexity_per_arm
+
+    summary = pd.DataFrame({
+        "quantity": ["perplexity", "perplexity", "relative_change_vs_own", "hypothesis:H1"],
+        "arm": ["own", "pow2-nearest", "pow2-nearest", "pow2-ceiling"], "value": [20.0, 20.1, 0.005, -0.01],
+        "low": [None, None, 0.001, -0.02], "high": [None, None, 0.009, 0.0], "verdict": [None, None, None, "supported"]})
+    per_arm = perplexity_per_arm(summary)
+    assert per_arm.to_dict("records") == [
+        {"arm": "own", "perplexity": "20", "change_vs_own": "—", "interval": "—"},
+        {"arm": "pow2-nearest", "perplexity": "20.1", "change_vs_own": "+0.50%", "interval": "[+0.10%, +0.90%]"}]
+
+
+def test_the_predictor_table_is_one_row_per_quantity_and_one_column_per_regime() -> None:
+    from int8alibi.report.sections import predictor_summary
+
+    rows = [("own", "auc", 0.869, 0.865, 0.873, 100, 14), ("pow2", "auc", None, None, None, 100, 0),
+            ("own", "brier_map", 0.0945, None, None, 50, 7), ("pow2", "brier_map", 6.5e-08, None, None, 50, 0)]
+    frame = pd.DataFrame(rows, columns=["regime", "quantity", "value", "low", "high", "positions", "flips"])
+    frame = frame.assign(comparison="kernels", bin=0)
+    out = predictor_summary(pd.concat([frame, frame.assign(comparison="F1 all")]))
+    assert out.columns.tolist() == ["quantity", "own", "pow2"]
+    assert out.to_dict("records") == [
+        {"quantity": "ROC-AUC (a small margin predicts a flip)", "own": "0.869 [0.865, 0.873]", "pow2": "—"},
+        {"quantity": "held-out Brier, binned map", "own": "0.0945", "pow2": "6.5e-08"},
+        {"quantity": "positions / flips (AUC, precision)", "own": "100 / 14", "pow2": "100 / 0"},
+        {"quantity": "held-out positions / flips (Brier)", "own": "50 / 7", "pow2": "50 / 0"}]
+
+
+def test_determinism_agreement_is_one_row_per_checkpoint() -> None:
+    from int8alibi.report.sections import agreement_wide
+
+    frame = pd.DataFrame({"checkpoint": ["own"] * 4 + ["probe"] * 2, "comparison": ["arms", "arms", "runs-of-a",
+                                                                                     "runs-of-a", "arms", "arms"],
+                          "prompt": [0, 1, 0, 1, 0, 1], "identical": [False, True, True, True, True, True],
+                          "first_divergence": [8.0, None, None, None, None, None]})
+    out = agreement_wide(frame)
+    assert out.columns.tolist() == ["checkpoint", "arms", "runs-of-a", "earliest_divergence"]
+    assert out.astype(object).where(out.notna(), None).values.tolist() == [["own", "1/2", "2/2", 8.0],
+                                                                            ["probe", "2/2", None, None]]
+
+
+def test_jargon_is_explained_where_it_is_used_and_in_the_glossary(tmp_path: Path) -> None:
+    from int8alibi.report.document import Definitions
+    from int8alibi.report.sections import glossary, faults
+
+    terms = dict(next(b for b in glossary() if isinstance(b, Definitions)).items)
+    assert "neither denominator" in terms["excluded-unobservable"]
+    assert {"stated, paper", "original, corrected, reverted", "regime", "setting"} <= set(terms)
+    _write(tmp_path, "faults/detection.parquet", pd.DataFrame({
+        "definition": ["stated"], "fault": ["F1"], "regime": ["both"], "cells": [1], "observable": [1], "detected": [0],
+        "detected_by": [""]}))
+    text = next(b.text for b in faults(Tables(tmp_path, CLAIMS), Document("t")) if isinstance(b, Paragraph))
+    for phrase in ("stated: the rule registered in analysis.yaml", "paper: the reading that reproduces the figures "
+                   "of arXiv:2609.00363", "reverted under paper", "Score excluded-unobservable: the fault"):
+        assert phrase in text
+    assert "first paper" not in text and "second paper" not in text
