@@ -26,8 +26,10 @@ PROBE = """<script>
     top: h.getBoundingClientRect().top + window.scrollY}));
   const tables = [...document.querySelectorAll('table')].map(t => ({top: t.getBoundingClientRect().top + window.scrollY,
     caption: (t.caption || {}).textContent || ''}));
+  const boxes = [...document.querySelectorAll('.box')].map(b => {const r = b.getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, text: b.textContent};});
   const out = {scrollWidth: Math.max(de.scrollWidth, document.body.scrollWidth), clientWidth: de.clientWidth,
-               innerWidth: window.innerWidth, figures: figures, headings: headings, tables: tables};
+               innerWidth: window.innerWidth, figures: figures, headings: headings, tables: tables, boxes: boxes};
   const pre = document.createElement('pre'); pre.id = 'probe'; pre.style.display = 'none';
   pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
 })();
@@ -43,6 +45,7 @@ class Rendering:
     figures: list[dict]
     headings: list[dict]
     tables: list[dict]
+    boxes: list[dict]
     screenshot: Path
 
 
@@ -68,4 +71,4 @@ def render(html: Path, work: Path, width: int = 1280, height: int = 900) -> Rend
     shot = work / "first-screen.png"
     subprocess.run([*common, f"--screenshot={shot}", html.resolve().as_uri()], check=True, capture_output=True, timeout=120)
     return Rendering(int(data["scrollWidth"]), int(data["clientWidth"]), data["figures"], data["headings"],
-                     data["tables"], shot)
+                     data["tables"], data["boxes"], shot)

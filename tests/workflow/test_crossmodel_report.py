@@ -101,7 +101,14 @@ def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: P
         assert figure["width"] > 100 and figure["height"] > 40 and figure["marks"] > 2, figure
         assert figure["right"] <= seen.client_width, figure
     tops = {h["text"]: h["top"] for h in seen.headings}
-    assert list(tops)[:3] == ["Run setup", "Findings", "The papers' results beside this run"]
-    setup = next(t for t in seen.tables if t["caption"].startswith("This run"))
-    assert setup["top"] < tops["Findings"] < FIRST_SCREEN_PX, f"the findings start below the first screen: {tops}"
+    assert list(tops)[:4] == ["Glossary", "Run setup", "Findings", "The papers' results beside this run"]
+    # the first screen answers the question: the verdict box opens the page and its answer line is in view
+    box = seen.boxes[0]
+    assert box["text"].startswith("The answer, and the papers' headline claims on this run"), box
+    assert box["top"] < 200 and "Answer:" in box["text"], box
+    assert box["top"] < tops["Glossary"] and box["bottom"] < 2 * FIRST_SCREEN_PX, box
+    # the parent is synthetic: what rests on language has no verdict, in the box and in the findings
+    md = html.with_suffix(".md").read_text()
+    assert "no verdict: synthetic weights" in box["text"]
+    assert "| H1 | hypothesis | no verdict: synthetic weights" in md
     assert seen.screenshot.stat().st_size > 10_000

@@ -209,8 +209,17 @@ def _verify_paper(p: Mapping[str, Any]) -> None:
         if claim["paper"] not in p["papers"]:
             raise ProtocolError(f"{pins.PAPER}: claim {claim['id']} cites paper {claim['paper']!r}, "
                                 f"which `papers` does not list")
-        if claim["kind"] == "structural" and claim["unit"] not in ("verdict", "counts"):
-            raise ProtocolError(f"{pins.PAPER}: structural claim {claim['id']} must have unit verdict or counts")
+        kind, deps = claim["kind"], set(claim.get("depends_on", ()))
+        if kind not in p["verdict_rule"]["kinds"]:
+            raise ProtocolError(f"{pins.PAPER}: claim {claim['id']} has kind {kind!r}, which verdict_rule does not list")
+        if kind in ("structural", "empirical", "direction") and claim["unit"] not in ("verdict", "counts"):
+            raise ProtocolError(f"{pins.PAPER}: {kind} claim {claim['id']} must have unit verdict or counts")
+        if ("models" in claim) != bool(deps & {"model", "shape"}):
+            raise ProtocolError(f"{pins.PAPER}: claim {claim['id']} must list `models` exactly when it depends on "
+                                f"the model or its shapes")
+        if (kind == "construction") != ("construction" in claim):
+            raise ProtocolError(f"{pins.PAPER}: claim {claim['id']}: `construction` says why a construction claim "
+                                f"holds, and only such a claim has it")
 
 
 # Arms that take operands of each format (torch-scaled-mm, triton-fp8 and the vLLM kernels take

@@ -425,13 +425,15 @@ def prefill_decode(t: Tables, doc: Document) -> list[Block]:
                      + ", ".join(f"{m} ({k}) in {n}" for (m, k), n in modules.items()))
         sentences.append(text)
     blocks.append(Paragraph(
-        "Each sequence is decoded greedily with the KV cache and replayed as one prefill on the same arm; a flip is a "
+        "Each sequence is decoded greedily with the KV cache and replayed as one prefill on the same arm, in this "
+        "project's own engine (not vLLM's, whatever engine generated the determinism stage's tokens); a flip is a "
         "generated position whose top-1 token differs. Per checkpoint, generated positions that flip and positions "
         "whose bf16 logits differ in some bit (per arm, with intervals: the table below): " + "; ".join(sentences)
         + f". {IA} reports "
         f"{_paper_rate(t, 'prefill-decode-flips-real')} of tokens flipping under real scales and "
-        f"{_paper_rate(t, 'prefill-decode-flips-probe')} under the probe, not attributed to a module; here the first "
-        "differing intermediate is named (every module traced at the first position whose logits differ)."))
+        f"{_paper_rate(t, 'prefill-decode-flips-probe')} under the probe, not attributed to a module, in vLLM's engine; here the "
+        "first differing intermediate of this project's engine is named (every module traced at the first position "
+        "whose logits differ), which says where this engine's prefill and decode part, not where vLLM's do."))
     shown = [c for c in ("checkpoint", "arm", "sequences", "positions", "differing_positions", "flips", "flip_rate",
                          "flip_rate_low", "flip_rate_high") if c in table.columns]
     blocks.append(Table("Prefill versus decode per checkpoint and arm: flips with a sequence-cluster interval",

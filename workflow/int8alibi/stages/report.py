@@ -2,8 +2,9 @@
 with an appendix (appendix.md, appendix.html) holding the per-row tables the main page links to.
 
 Every number comes from a Parquet table under ``results`` (or a pinned protocol file); every table
-and figure names its source file and SHA-256. The first screen is the run's setup beside the papers',
-the findings and the papers' values beside this run (preregistration/paper.yaml). The report's bytes
+and figure names its source file and SHA-256. The first screen is the answer in one sentence
+and the papers' headline claims with their verdicts (the rule registered in preregistration/paper.yaml),
+and the run's identity. The report's bytes
 depend only on those inputs, so rerunning it on the same results gives the same files and root
 digest: stage wall times (Snakemake's benchmark files) go to the log, never into the report.
 """
@@ -52,25 +53,34 @@ def log_stage_times(benchmarks: Path) -> None:
 
 
 def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistration")) -> document.Document:
-    """The report document for the run under ``results`` (pure: reads tables and protocol files only)."""
+    """The report document for the run under ``results`` (pure: reads tables and protocol files only).
+
+    First screen: the answer and the headline verdicts, the run's identity; then the contents, the
+    glossary, the setup, the findings, the papers' results, the sections; per-row tables in the appendix."""
     exploratory = _exploratory(results)
     protocol = load(protocol_root)
     emulated = summary.emulated_arms(results)
-    doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?")
-    arms = " vs ".join(cfg.resolved_arms)
-    doc.add(document.Paragraph(
-        f"Model: {summary.run_model(cfg)}; size profile: {cfg['size_profile']}; arms: {arms} on "
-        f"{cfg.resolved_device}" + (" (exact emulations, not kernel binaries)" if emulated else "") + ". "
-        + ("EXPLORATORY run: the per-layer predictions were not pinned before comparison." if exploratory else
-           "The per-layer predictions were pinned before compare read them (see the setup for the pin's status).")))
     tables = sections.Tables(results, tuple(protocol.paper["claims"]))
-    doc.add(*summary.setup(tables, cfg, protocol, _resolution(cfg), emulated))
-    doc.add(*summary.findings(tables, protocol, emulated))
-    doc.add(*summary.paper_beside_run(tables, protocol, summary.run_model(cfg), bool(emulated)))
+    run = summary.run_facts(cfg, results, tables, emulated)
+    arms = " vs ".join(cfg.resolved_arms)
+    doc = document.Document("int8-alibi: are two scaled INT8 GEMM kernels interchangeable?", main_rows=document.MAIN_ROWS)
+    doc.add(summary.verdict_box(tables, protocol, run, arms))
+    doc.add(document.Paragraph(
+        f"Model: {summary.run_model(cfg)}" + (" (synthetic: seeded random weights, not a trained model)"
+                                              if run.synthetic else "")
+        + f"; size profile: {cfg['size_profile']}; arms: {arms} on {cfg.resolved_device}"
+        + (" (exact emulations, not kernel binaries)" if emulated else "") + ". "
+        + ("EXPLORATORY run: the per-layer predictions were not pinned before comparison. " if exploratory else
+           "The per-layer predictions were pinned before compare read them (see the setup for the pin's status). ")
+        + summary.identity(results)))
+    doc.add(document.Contents())
+    doc.add(*sections.glossary())
+    doc.add(*summary.setup(tables, cfg, protocol, _resolution(cfg), emulated, run, results))
+    doc.add(*summary.findings(tables, protocol, emulated, run))
+    doc.add(*summary.paper_beside_run(tables, protocol, run, doc))
     for section in sections.SECTIONS:
         doc.add(*section(tables, doc))
     doc.add(*ksweep.section(tables, protocol.ksweep["paper"], doc))
-    doc.add(*sections.glossary())
     doc.add(document.Heading("Appendix"), doc.appendix_links(
         "Per-row tables, each with its source file and SHA-256, in appendix.html (appendix.md):"))
     return doc
@@ -84,6 +94,7 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     log_stage_times(benchmarks)
     # the cross-model view reads reports, never the other way round
     inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name not in ("report", "crossmodel"))
+    inputs += [p for p in [results / "model" / "parent" / "config.json"] if p.is_file()]  # the vocabulary size
     write_manifest(out_dir, stage="report", outputs=written, inputs=inputs,
                    params={"results": str(results), "resolved": dict(cfg.resolution or {}) or "not resolved"},
                    exploratory=_exploratory(results))
