@@ -74,10 +74,10 @@ def test_a_config_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
 def test_a_run_config_with_a_variable_left_unexpanded_is_refused_naming_it(checkout: Path) -> None:
     data = user_config(device="cpu", arms=["exact-cutlass-order", "exact-triton-order"], results="results")
     planned = _planned(data, host="planner-9")
-    planned["model"] = {"source": "gguf-package", "gguf_package": "${NOT_SET_ANYWHERE}/x"}
+    planned["model"] = {"source": "hf", "parent": "${NOT_SET_ANYWHERE}/x"}  # a path: variables are for paths
     path = Path(run_config_path("results", planned))
     write_run_config(planned, path)
-    with pytest.raises(InputError, match=r"model\.gguf_package: \$\{NOT_SET_ANYWHERE\} was not expanded: .* host "
+    with pytest.raises(InputError, match=r"model\.parent: \$\{NOT_SET_ANYWHERE\} was not expanded: .* host "
                                          r"planner-9"):
         load_config(path)
 

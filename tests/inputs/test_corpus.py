@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +125,39 @@ def test_wikitext_raw_file_loads_and_other_texts_are_refused(tmp_path: Path) -> 
         load_corpus(cfg("wikitext", str(latin1)), {})
     with pytest.raises(InputError, match="not found"):
         load_corpus(cfg("wikitext", str(tmp_path / "absent.raw")), {})
+
+
+@contextlib.contextmanager
+def within(seconds: int) -> Iterator[None]:
+    """Fail, instead of hanging the suite, when the block blocks (a FIFO opened plainly waits forever)."""
+    def stop(*_: object) -> None:
+        raise RuntimeError(f"blocked for {seconds} s")  # not an OSError, which readers may catch
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_corpus_path_that_is_a_device_fifo_folder_or_too_large_is_one_named_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from int8alibi.inputs import corpus as corpus_module
+
+    fifo = tmp_path / "wiki.fifo"
+    os.mkfifo(fifo)
+    for path, why in (("/dev/zero", "a device"), (str(fifo), "a FIFO"), (str(tmp_path), "a folder")):
+        with within(10), pytest.raises(InputError, match=rf"^{path}: not a regular file \({why}"):
+            load_corpus(cfg("wikitext", path), {})  # /dev/zero was read until memory ran out
+    raw = tmp_path / "wiki.test.raw"
+    raw.write_text(WIKI, encoding="utf-8")
+    monkeypatch.setattr(corpus_module, "MAX_CORPUS_BYTES", len(WIKI.encode()) - 1)
+    with pytest.raises(InputError, match=rf"^{raw}: more than {len(WIKI.encode()) - 1:,} bytes"):
+        load_corpus(cfg("wikitext", str(raw)), {})
+    monkeypatch.setattr(corpus_module, "MAX_CORPUS_BYTES", len(WIKI.encode()))
+    assert load_corpus(cfg("wikitext", str(raw)), {}).text == WIKI
 
 
 def test_synthetic_corpus_is_seeded() -> None:

@@ -3,7 +3,10 @@ run-to-run value (stage times) gets in, every chart has labelled axes, appendix 
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -98,3 +101,45 @@ def test_rerunning_the_stage_gives_the_same_manifest_digest_and_root_digest(tmp_
     assert digests[0][0] == digests[1][0] and digests[0][1] == digests[1][1]
     assert {k: v for k, v in digests[0][2].items() if k != "manifest.json"} == {
         k: v for k, v in digests[1][2].items() if k != "manifest.json"}
+
+
+def test_bad_benchmark_files_are_skipped_with_one_log_line_each_and_never_block(tmp_path: Path, caplog) -> None:
+    bench = tmp_path / "benchmarks"
+    (bench / "generate").mkdir(parents=True)
+    (bench / "report.tsv").write_text("s\th:m:s\tmax_rss\n12.3456\t0:00:12\t100.5\n")
+    bad = {
+        "empty.tsv": "empty",
+        "garbage.tsv": "not a benchmark table",
+        "header_only.tsv": "not a benchmark table",
+        "words.tsv": "s 'soon' is not a wall time in seconds",
+        "fifo.tsv": "not a regular file (a FIFO",
+        "device.tsv": "not a regular file (a device)",
+        "folder.tsv": "not a regular file (a folder)",
+        "generate/huge.tsv": "larger than 65536 bytes",
+    }
+    (bench / "empty.tsv").write_text("")
+    (bench / "garbage.tsv").write_bytes(b"\x00\xff\xfe binary \x89PNG\r\n\x1a")
+    (bench / "header_only.tsv").write_text("s\th:m:s\n")
+    (bench / "words.tsv").write_text("s\th:m:s\nsoon\t0:00:12\n")
+    os.mkfifo(bench / "fifo.tsv")  # read plainly, this waits for a writer forever
+    (bench / "device.tsv").symlink_to("/dev/zero")  # read plainly, this never ends
+    (bench / "folder.tsv").mkdir()
+    (bench / "generate" / "huge.tsv").write_text("s\n" + "1\n" * 40_000)
+
+    def stop(*_: object) -> None:
+        raise RuntimeError("log_stage_times blocked")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(10)
+    try:
+        with caplog.at_level(logging.INFO, logger="int8alibi"):
+            report.log_stage_times(bench)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    lines = [r.getMessage() for r in caplog.records]
+    assert "stage time report: 12.3 s (max RSS 100.5 MB)" in lines, lines
+    skipped = [line for line in lines if line.startswith("stage time skipped: ")]
+    assert len(skipped) == len(bad) and all("\n" not in line for line in skipped), skipped
+    for name, why in bad.items():
+        assert any(line.startswith(f"stage time skipped: {bench / name}: {why}") for line in skipped), (name, skipped)

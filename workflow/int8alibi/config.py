@@ -181,9 +181,12 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
 # Top-level folders of a checkout that hold the project itself, its environments or Snakemake's and
 # the pipeline's own bookkeeping: a results folder inside one would mix stage folders into them.
 PROJECT_FOLDERS = frozenset({
-    "amendments", "benchmarks", "config", "docs", "envs", "logs", "preregistration", "profiles",
+    "amendments", "benchmarks", "config", "dev", "docs", "envs", "logs", "preregistration", "profiles",
     "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor",
 })
+# What marks a folder as a checkout of a project (this one or another): a results folder under
+# results_root that lands inside one gets the same project-folder check as one inside this checkout.
+CHECKOUT_MARKERS = ("Snakefile", "amendments", "preregistration")
 
 
 def results_location(data: Mapping[str, Any]) -> str:
@@ -196,7 +199,9 @@ def results_location(data: Mapping[str, Any]) -> str:
 def results_dir(data: Mapping[str, Any], checkout: Path, source: str = "config") -> str:
     """The run's results folder, checked: ``results`` is a relative path of plain segments that stays
     inside the checkout after resolving symlinks; ``results_root`` (the documented escape hatch, an
-    absolute path of plain segments) puts it elsewhere. Anything else is refused naming the value."""
+    absolute path of plain segments) puts it elsewhere. Wherever it lands it is a folder of its own:
+    not a file, not the top of a checkout nor inside one's project folders (``amendments/`` of another
+    checkout would refuse every run there). Anything else is refused naming the value."""
     results = data.get("results", "results")
     if not isinstance(results, str) or not all(_SEGMENT.fullmatch(p) for p in results.split("/")):  # absolute too
         raise InputError(f"{source}: results {_short_text(results)!r} is not a relative path of plain segments "
@@ -210,25 +215,55 @@ def results_dir(data: Mapping[str, Any], checkout: Path, source: str = "config")
             raise InputError(f"{source}: results_root {_short_text(root)!r} must be an absolute path of plain "
                              "segments (letters, digits, ._+-, not starting with a dot)")
     inside = Path(checkout).resolve()
-    target = (Path.cwd() / results_location(data)).resolve()
-    if root is not None:
-        if target == inside or inside in target.parents:
-            _refuse_project_folder(source, results_location(data), target, inside)
-        return results_location(data)
-    if target == inside or inside not in target.parents:
+    shown = results_location(data)
+    target = (Path.cwd() / shown).resolve()
+    if root is None and (target == inside or inside not in target.parents):
         raise InputError(f"{source}: results {results!r} resolves to {target}, outside the checkout {inside} "
                          "(a symlink out of the tree?); results stay inside the checkout unless you name "
                          "--config results_root=/absolute/folder")
-    _refuse_project_folder(source, results, target, inside)
-    return results
+    try:
+        for checkout_root in (inside, *(p for p in (target, *target.parents) if _is_checkout(p))):
+            if target == checkout_root or checkout_root in target.parents:
+                _refuse_project_folder(source, shown, target, checkout_root)
+        _refuse_non_folder(source, shown, target)
+    except OSError as exc:  # e.g. a parent this user may not read
+        raise InputError(f"{source}: results {shown!r} resolves to {target}, which cannot be examined "
+                         f"({exc.strerror or exc}: {exc.filename})") from None
+    if results.split("/")[0] in PROJECT_FOLDERS:  # under results_root too: a results folder is never named so
+        raise InputError(f"{source}: results {shown!r} names a project folder ({results.split('/')[0]}/), "
+                         "not a results folder; choose a folder of its own, e.g. results/<name>")
+    return shown
+
+
+def _is_checkout(folder: Path) -> bool:
+    return any(os.path.lexists(folder / marker) for marker in CHECKOUT_MARKERS)
 
 
 def _refuse_project_folder(source: str, results: str, target: Path, inside: Path) -> None:
     parts = target.relative_to(inside).parts
     if not parts or parts[0] in PROJECT_FOLDERS:
-        where = f"the project's own folder {parts[0]}/" if parts else "the checkout's top folder"
+        where = f"the project's own folder {parts[0]}/" if parts else f"the top folder of the checkout {inside}"
         raise InputError(f"{source}: results {results!r} resolves to {target}, inside {where} (stage folders "
                          "would be written among its files); choose a folder of its own, e.g. results/<name>")
+
+
+def _present(path: Path) -> bool:
+    """Whether ``path`` exists; an error other than its absence (no permission) is raised, not hidden."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def _refuse_non_folder(source: str, results: str, target: Path) -> None:
+    """The nearest existing one of ``target`` and its parents must be a folder: stages make their
+    folders below it, and a file there would stop the first of them with an OSError."""
+    existing = next(p for p in (target, *target.parents) if _present(p))
+    if not existing.is_dir():
+        which = "it" if existing == target else str(existing)
+        raise InputError(f"{source}: results {results!r} resolves to {target}, but {which} is an existing "
+                         "file, not a folder; name a folder for the results")
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:

@@ -8,6 +8,7 @@ protocol), and windows and prompts follow the protocol's selection rules
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,11 +19,14 @@ import torch
 
 from ..config import Config
 from ..errors import InputError, ProtocolError
-from ..provenance.hashing import canonical_json, sha256_bytes
+from ..provenance.hashing import canonical_json, open_regular, sha256_bytes
 
 ANALYSIS_FILE = "preregistration/analysis.yaml"
 PACKAGE_SOURCE = "int8alibi/data/pydoc-topics-3.11.7.txt"
 PACKAGE_FILE = Path(__file__).resolve().parents[1] / "data" / "pydoc-topics-3.11.7.txt"
+
+# The largest corpus file read: WikiText-103's raw training split is about 540 MB.
+MAX_CORPUS_BYTES = 1 << 30
 
 SYNTHETIC_SEED = 0
 SYNTHETIC_WORDS = 20_000
@@ -121,12 +125,19 @@ def _load_wikitext(path_value: str | None, analysis: Mapping[str, Any]) -> Corpu
     if not path_value:
         raise InputError("config corpus.path: required when corpus.source is wikitext")
     path = Path(path_value)
+    if not os.path.exists(path):  # any error of stat counts as absent: a line, never a traceback
+        raise InputError(f"{path}: WikiText file not found (config corpus.path)")
+    # a regular file only (a device such as /dev/zero never ends, a FIFO blocks), and of a corpus's size
+    with open_regular(path) as handle:
+        try:
+            data = handle.read(MAX_CORPUS_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    if len(data) > MAX_CORPUS_BYTES:
+        raise InputError(f"{path}: more than {MAX_CORPUS_BYTES:,} bytes; a WikiText corpus is text of at most "
+                         "a few hundred MB (config corpus.path)")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: WikiText file not found (config corpus.path)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc})") from None
     check_wikitext(text, str(path))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -135,6 +136,20 @@ def _safetensors_header(file: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         raise InputError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
 
 
+def _check_entries(path: Path) -> None:
+    """Every entry of an HF folder is a folder or a regular file, links followed (a Hugging Face cache
+    links its files to blobs): a broken link or a FIFO would otherwise surface, if at all, as a
+    traceback or a hang of whichever reader meets it first, after gigabytes were loaded."""
+    for dirpath, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted([*dirs, *files]):
+            entry = Path(dirpath) / name
+            if entry.is_symlink() and not entry.exists():
+                raise InputError(f"{entry}: a broken symbolic link (to {os.readlink(entry)}) in the parent folder")
+            if not (entry.is_dir() or entry.is_file()):
+                raise InputError(f"{entry}: not a regular file (a FIFO, socket or device) in the parent folder")
+
+
 def _check_bf16_dir(path: Path) -> dict[str, Path]:
     """An HF parent must hold bf16 weights and no quantization: casting would change its bytes.
 
@@ -233,6 +248,7 @@ def load_hf_model(path: str | Path) -> Any:
     directory = Path(path)
     if not directory.is_dir():
         raise InputError(f"{directory}: parent directory not found")
+    _check_entries(directory)
     where = _check_bf16_dir(directory)
     try:
         config = AutoConfig.from_pretrained(directory)

@@ -8,6 +8,7 @@ without a new amendment breaks the pins.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,13 +58,17 @@ def read_amendments(project_root: Path) -> list[Amendment]:
 
     Only A-NNNN.yaml files and the LOCK marker may live there; two files with the same number
     (e.g. A-0002.yaml and A-002.yaml) are an error, as is an id that disagrees with its file name.
+    Nothing there (nor the folder) may be a symbolic link: git records the link, not what it points
+    to, so the record could change with nothing the append-only history check sees.
     """
     folder = project_root / AMENDMENTS_DIR
+    refuse_link(folder, f"{AMENDMENTS_DIR}/")
     if not folder.is_dir():
         raise ProtocolError(f"{AMENDMENTS_DIR}/: amendments folder not found under {project_root}")
     by_number: dict[int, Amendment] = {}
     for path in sorted(folder.iterdir()):
         rel = f"{AMENDMENTS_DIR}/{path.name}"
+        refuse_link(path, rel)
         if rel == LOCK_FILE:
             continue
         match = _NAME.match(path.name)
@@ -89,6 +94,13 @@ def read_amendments(project_root: Path) -> list[Amendment]:
                 raise ProtocolError(f"{rel}: pin {key!r} is not a normalized path under preregistration/")
         by_number[number] = Amendment(number=number, rel=rel, sha256=sha256_file(path), data=data)
     return [by_number[n] for n in sorted(by_number)]
+
+
+def refuse_link(path: Path, rel: str) -> None:
+    """A protocol or amendment file (or its folder) that is a symbolic link is a ProtocolError naming it."""
+    if path.is_symlink():
+        raise ProtocolError(f"{rel}: a symbolic link (to {os.readlink(path)}); protocol and amendment files must be "
+                            "the repository's own files (git records only the link, not a change to its target)")
 
 
 def amendment_date(amendment: Amendment) -> dt.date:

@@ -8,12 +8,13 @@ amendment against the files, and finally the protocol's own content (schemas, cr
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ProtocolError
-from .chain import read_amendments, verify_chain, verify_pins
+from .chain import read_amendments, refuse_link, verify_chain, verify_pins
 from .history import History, check_dates, check_history
 from .load import Protocol, load
 from .pins import PROTOCOL_DIR, data_digest, protocol_files_on_disk
@@ -61,6 +62,7 @@ def gate(project_root: Path) -> GateReport:
     verify_chain(amendments)
     check_dates(root, amendments)
     latest = amendments[-1]
+    refuse_protocol_links(root)
     on_disk = protocol_files_on_disk(root)
     verify_pins(root, latest, on_disk)
     protocol = load(root / PROTOCOL_DIR)
@@ -76,6 +78,18 @@ def gate(project_root: Path) -> GateReport:
     if history.status != "verified":
         log.warning("protocol gate: %s", history.detail)
     return report
+
+
+def refuse_protocol_links(project_root: Path) -> None:
+    """No symbolic link in preregistration/ (the folder, its files, its subfolders): git records only
+    the link, so a clone would not hold the protocol the pins certify, nor history show its edits."""
+    folder = Path(project_root) / PROTOCOL_DIR
+    refuse_link(folder, f"{PROTOCOL_DIR}/")
+    for dirpath, dirs, files in os.walk(folder):  # links to folders are listed, never followed
+        dirs.sort()  # the first link found, by name, is the one named
+        for name in sorted([*dirs, *files]):
+            path = Path(dirpath) / name
+            refuse_link(path, path.relative_to(project_root).as_posix())
 
 
 def current_pins(project_root: Path) -> dict[str, Any]:

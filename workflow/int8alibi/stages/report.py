@@ -11,12 +11,13 @@ digest: stage wall times (Snakemake's benchmark files) go to the log, never into
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-import pandas as pd
-
 from ..config import Config
+from ..errors import InputError
 from ..protocol import load
+from ..provenance.hashing import open_regular
 from ..provenance.manifest import write_manifest
 from ..report import document, ksweep, sections, summary
 from ..runtime.runner import log, stage_main
@@ -41,15 +42,54 @@ def _plain(value: object) -> str:
     return " vs ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
+# A benchmark file is a header line and one line per repeat: a few hundred bytes.
+_MAX_BENCHMARK_BYTES = 1 << 16
+
+
 def log_stage_times(benchmarks: Path) -> None:
-    """Each job's wall time from Snakemake's benchmark files, to the log only (run-to-run values)."""
-    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.exists() else []
+    """Each job's wall time from Snakemake's benchmark files, to the log only (run-to-run values).
+
+    The files are not inputs of the report, so one that cannot be read (garbage, empty, a FIFO, a
+    device) is skipped with a log line naming it and why; it never stops or blocks the stage."""
+    files = sorted(benchmarks.rglob("*.tsv"))
     for f in files:
-        df = pd.read_csv(f, sep="\t")
-        log.info("stage time %s: %.1f s (max RSS %s MB)", f.relative_to(benchmarks).with_suffix(""),
-                 float(df["s"].iloc[0]), df["max_rss"].iloc[0] if "max_rss" in df else "n/a")
+        try:
+            seconds, rss = _stage_time(f)
+        except InputError as exc:
+            log.warning("stage time skipped: %s", exc)
+            continue
+        log.info("stage time %s: %.1f s (max RSS %s MB)", f.relative_to(benchmarks).with_suffix(""), seconds, rss)
     if not files:
         log.info("no benchmark files under %s", benchmarks)
+
+
+def _stage_time(path: Path) -> tuple[float, str]:
+    """``(wall seconds, max RSS in MB or 'n/a')`` from the first row of one benchmark file, read only
+    if it is a regular file of a benchmark's size; else InputError naming it and the reason."""
+    with open_regular(path) as handle:
+        try:
+            data = handle.read(_MAX_BENCHMARK_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > _MAX_BENCHMARK_BYTES:
+        raise InputError(f"{path}: larger than {_MAX_BENCHMARK_BYTES} bytes, not a benchmark file")
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    header, row = (lines[0].split("\t"), lines[1].split("\t")) if len(lines) > 1 else ([], [])
+    if "s" not in header or len(row) != len(header):
+        raise InputError(f"{path}: {'empty' if not data else 'not a benchmark table'} (expected a header with "
+                         "an 's' column and a row of as many values)")
+    values = dict(zip(header, row))
+    try:
+        seconds = float(values["s"])
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(seconds)
+    except ValueError:
+        raise InputError(f"{path}: s {values['s'][:40]!r} is not a wall time in seconds") from None
+    try:
+        rss = f"{float(values.get('max_rss', '')):g}"
+    except ValueError:  # absent, or Snakemake's NA where it could not measure
+        rss = "n/a"
+    return seconds, rss
 
 
 def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistration")) -> document.Document:
