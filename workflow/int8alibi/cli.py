@@ -8,10 +8,14 @@ graph (and every code digest) sees the edge; nothing here imports by a name held
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Callable
+from typing import Any, TextIO
 
-from .errors import Int8AlibiError
+from .errors import Int8AlibiError, fault_line
+from .printable import printable
 
 Entry = Callable[[list[str]], int]  # takes argv, returns an exit code
 
@@ -55,6 +59,7 @@ COMMANDS: dict[str, tuple[Callable[[], Entry], str]] = {
     "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan | decode)"),
 }
 UNAVAILABLE = 2
+FAILED = 2  # the command could not finish: never a finding (conform's 1 is a check that fired, diff's 1 a difference)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,8 +93,31 @@ def resolve(loader: Callable[[], Entry]) -> Entry:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``int8alibi <command> [args...]``; return the command's exit code."""
+    """Dispatch ``int8alibi <command> [args...]``; return the command's exit code.
+
+    What the machine refuses a command (a file operation, memory) is one line naming the file and the
+    reason and exit ``FAILED``, as is console output whose reader went away (``| head``): the command
+    still runs to its end, so the files it writes are whole.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    out, err = _Console(sys.stdout), _Console(sys.stderr)
+    sys.stdout, sys.stderr = out, err  # what print() needs, and the rest passed on (_Console.__getattr__)
+    try:
+        code = _dispatch(args)
+    finally:
+        out.flush()
+        err.flush()
+        sys.stdout, sys.stderr = out.stream, err.stream
+    if out.cut or err.cut:
+        name = " ".join(args[:1]) or "(usage)"
+        if not err.cut:
+            print(printable(f"int8alibi {name}: standard output: its reader closed the pipe before the output "
+                            "ended (EPIPE); the command ran to its end, its files are whole"), file=sys.stderr)
+        return FAILED
+    return code
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] not in COMMANDS:
         return _exit_code(lambda: _parser().parse_args(args))  # usage or help
     command, rest = args[0], args[1:]
@@ -101,8 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _exit_code(lambda: entry(rest))
     except Int8AlibiError as exc:
-        print(f"int8alibi {command}: {exc}", file=sys.stderr)
+        print(printable(f"int8alibi {command}: {exc}"), file=sys.stderr)
         return 1
+    except (OSError, MemoryError, RuntimeError) as exc:  # the machine's refusal is one line; a bug keeps its traceback
+        line = fault_line(exc, _writes_into(rest))
+        if line is None:
+            raise
+        print(printable(f"int8alibi {command}: {line}"), file=sys.stderr)
+        return FAILED
+
+
+def _writes_into(rest: list[str]) -> str:
+    """Where the command writes (its ``--out``), for a failure the OS reported without naming a file."""
+    for flag, value in zip(rest, rest[1:]):
+        if flag == "--out":
+            return f"the command writes into {value}"
+    return ""
 
 
 def _exit_code(call: Callable[[], object]) -> int:
@@ -112,3 +154,38 @@ def _exit_code(call: Callable[[], object]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return result if isinstance(result, int) else UNAVAILABLE
+
+
+class _Console:
+    """A standard stream for the length of a command that outlives its reader: once the far end of a pipe
+    has closed (``| head``), further text is dropped instead of raising ``BrokenPipeError`` in the middle
+    of the command, and ``cut`` says so."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.cut = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.cut:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.cut:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        """From now on this stream writes nowhere: also what is still buffered, at the interpreter's exit."""
+        self.cut = True
+        with contextlib.suppress(OSError, ValueError):  # a stream without a file descriptor (a test's capture)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

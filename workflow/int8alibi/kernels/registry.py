@@ -8,7 +8,7 @@ what was not available and why, which manifests record.
 from __future__ import annotations
 
 import importlib
-import inspect
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
@@ -16,7 +16,9 @@ import torch
 from ..arm_names import ARM_NAMES
 from ..errors import InputError
 from .base import Arm, arm_evidence, as_device, check_operands
-from .user_guard import DEFAULT_TIME_LIMIT_S, guarded_call
+from .user_guard import DEFAULT_TIME_LIMIT_S, UserProcess, describe, serve
+
+log = logging.getLogger("int8alibi")
 
 # The exact emulation whose epilogue order each real kernel uses (what it must equal bit for bit).
 EMULATION_OF: dict[str, str] = {
@@ -54,15 +56,19 @@ class UnavailableArm:
 
 
 class UserArm:
-    """A user's own ``scaled_mm(a_q, w_q, s_a, s_w) -> bf16`` function, named as ``module:function``;
-    every call runs behind ``user_guard`` (copies of the operands checked afterwards, failures named,
-    a time limit)."""
+    """A user's own ``scaled_mm(a_q, w_q, s_a, s_w) -> bf16`` function, named as ``module:function``.
+
+    It runs in a worker process of its own behind ``user_guard`` (the module is imported there, each
+    call gets copies of the operands that are checked afterwards, failures are named, a time limit is
+    enforced by killing the worker): nothing the function does reaches the stage's process.
+    """
 
     is_emulation = False
 
-    def __init__(self, spec: str, fn: Callable[..., torch.Tensor], device: torch.device,
-                 time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> None:
-        self.name, self._fn, self.device, self.time_limit_s = spec, fn, device, time_limit_s
+    def __init__(self, spec: str, device: torch.device, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> None:
+        self.name, self.device, self.time_limit_s = spec, device, time_limit_s
+        self._process = UserProcess(spec, time_limit_s)
+        log.info("user arm %s: runs in worker process %d (%s)", spec, self._process.pid, self._process.source)
 
     def available(self) -> tuple[bool, str]:
         return True, f"user-supplied function {self.name} imported"
@@ -72,35 +78,40 @@ class UserArm:
         return None
 
     def scaled_mm(self, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-        m, _, n = check_operands(a_q, w_q, s_a, s_w, self.name)
-        out = guarded_call(self.name, self._fn, (a_q, w_q, s_a, s_w), self.time_limit_s)
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != (m, n):
-            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            raise InputError(f"user arm {self.name}: returned {got}, expected torch.bfloat16 [{m}, {n}]")
-        if out.device != a_q.device:
-            raise InputError(f"user arm {self.name}: returned a tensor on {out.device}, operands on {a_q.device}")
-        return out
+        check_operands(a_q, w_q, s_a, s_w, self.name)
+        return self._process.call((a_q, w_q, s_a, s_w))
 
     def evidence(self) -> dict[str, object]:
-        source = inspect.getsourcefile(self._fn) or "unknown"
         return arm_evidence(
-            self.name, f"user-supplied function {self.name} ({source})", self.device,
+            self.name, f"user-supplied function {self.name} ({self._process.source})", self.device,
             is_emulation=False, user_supplied=True,
         )
+
+
+def load_user_function(spec: str) -> Callable[..., object]:
+    """The function a ``module:function`` arm names, imported (in the arm's worker process: ``user_guard``);
+    ``InputError`` naming the arm and why it cannot be had."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # the user's module: any failure to import is named, KeyboardInterrupt too
+        raise InputError(f"arm {spec!r}: cannot import module {module_name}: {describe(exc)}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise InputError(f"arm {spec!r}: {module_name} has no callable {attr}")
+    return fn
+
+
+def serve_user_arm(argv: list[str]) -> int:
+    """The worker process of one user arm (``python -m int8alibi.kernels``; ``user_guard.serve``)."""
+    return serve(load_user_function, argv)
 
 
 def _user_arm(spec: str, device: torch.device, time_limit_s: float) -> UserArm:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"arm {spec!r}: a user arm is named 'module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:  # the user's module: any failure to import is named
-        raise InputError(f"arm {spec!r}: cannot import module {module_name}: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise InputError(f"arm {spec!r}: {module_name} has no callable {attr}")
-    return UserArm(spec, fn, device, time_limit_s)
+    return UserArm(spec, device, time_limit_s)
 
 
 def get(name: str, device: torch.device | str | None = None, *,

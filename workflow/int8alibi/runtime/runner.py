@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 from .. import portable
 from ..config import Config, ReadScope, load_config
-from ..errors import ConfigScopeError, InputError, Int8AlibiError
+from ..errors import ConfigScopeError, InputError, Int8AlibiError, fault_line
 from ..printable import printable
 from ..progress import heartbeat, plain_stderr
 from ..provenance.atomic import disk_space, sweep_stale
@@ -104,6 +104,12 @@ def guarded(stage: str, out: Path, inputs: list[Path], body: Callable[[], None])
     except SystemExit as exc:  # code (a user arm) that tried to end the process: the stage did not finish
         print(printable(f"int8alibi: stage {stage} failed: something it ran called SystemExit({exc.code!r}); "
                         f"nothing was written"), file=sys.stderr)
+        return 1
+    except (OSError, MemoryError, RuntimeError) as exc:  # the machine's refusal (a file, memory): one line;
+        fault = fault_line(exc, f"the stage writes into {out}")  # a bug keeps its traceback
+        if fault is None:
+            raise
+        print(printable(f"int8alibi: stage {stage} failed: {fault}"), file=sys.stderr)
         return 1
     return 0
 
