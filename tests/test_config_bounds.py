@@ -1,13 +1,15 @@
 """Config bounds at their literal values and the results folder's every refusal: 10,000 values,
-results_root's length and its first segment, results equal to the checkout, and each project folder."""
+results_root's length and its first segment, 100 characters a path segment, 60 of a key in a schema
+message, results equal to the checkout, and each project folder."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from int8alibi.config import check_bounded, results_dir
+from int8alibi.config import _check, check_bounded, results_dir
 from int8alibi.errors import InputError
 
 
@@ -37,7 +39,7 @@ def test_a_shared_container_is_refused_wherever_it_repeats() -> None:
 
 
 # Every top-level folder of a checkout that holds the project, its environments or bookkeeping.
-PROJECT_FOLDERS = ("amendments", "benchmarks", "config", "docs", "envs", "logs", "preregistration", "profiles",
+PROJECT_FOLDERS = ("amendments", "benchmarks", "config", "dev", "docs", "envs", "logs", "preregistration", "profiles",
                    "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor")
 
 
@@ -61,7 +63,7 @@ def test_results_that_are_the_checkout_itself_are_refused(checkout: Path) -> Non
     (checkout / "self").symlink_to(checkout)
     with pytest.raises(InputError, match="results 'self' resolves to"):
         results_dir({"results": "self"}, checkout)
-    with pytest.raises(InputError, match="the checkout's top folder"):
+    with pytest.raises(InputError, match="inside the top folder of the checkout "):
         results_dir({"results": checkout.name, "results_root": str(checkout.parent)}, checkout)
 
 
@@ -78,3 +80,19 @@ def test_results_root_of_1000_characters_passes_and_1001_is_refused(checkout: Pa
     longer = exact + "b"
     with pytest.raises(InputError, match="results_root .* must be an absolute path"):
         results_dir({"results": "r", "results_root": longer}, checkout)
+
+
+def test_a_path_segment_of_100_characters_passes_and_101_is_refused(checkout: Path) -> None:
+    assert results_dir({"results": "r/" + "a" * 100}, checkout) == "r/" + "a" * 100
+    with pytest.raises(InputError, match="is not a relative path of plain segments"):
+        results_dir({"results": "r/" + "a" * 101}, checkout)
+    assert results_dir({"results": "r", "results_root": "/" + "a" * 100}, checkout) == "/" + "a" * 100 + "/r"
+    with pytest.raises(InputError, match="results_root .* must be an absolute path of plain segments"):
+        results_dir({"results": "r", "results_root": "/" + "a" * 101}, checkout)
+
+
+def test_a_schema_error_names_a_key_of_60_characters_whole_and_shortens_61() -> None:
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+    for key, shown in (("k" * 60, "k" * 60 + ":"), ("k" * 61, "k" * 60 + "... (61 characters):")):
+        with pytest.raises(InputError, match=rf"^cfg: invalid config at {re.escape(shown)} 'x' is not of type"):
+            _check({key: "x"}, schema, "cfg")

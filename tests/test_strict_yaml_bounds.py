@@ -1,8 +1,12 @@
 """The strict YAML bounds at their literal values, each side: 64 levels of nesting, 1 MiB of text
-(characters for a string, bytes for a file: a multi-byte file is refused by its bytes first)."""
+(characters for a string, bytes for a file: a multi-byte file is refused by its bytes first); and the
+two failures no bound stops (a stack exhausted anyway, a read error) as one named line."""
 
 from __future__ import annotations
 
+import errno
+import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +87,25 @@ def test_depth_is_nesting_not_the_number_of_nodes() -> None:
     assert strict_yaml.parse(_nested(60) + "\n", "d.yaml") is not None
     assert strict_yaml.parse("[" + ", ".join([_nested(63)] * 50) + "]", "d.yaml")[49] == strict_yaml.parse(
         _nested(63), "d.yaml")
+
+
+def test_a_recursion_the_depth_bound_does_not_stop_is_still_one_named_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the bound out of the way, as many levels as Python allows frames (each level takes several)
+    exhaust the stack: still the file's one error."""
+    monkeypatch.setattr(strict_yaml, "MAX_DEPTH", 10**9)
+    with pytest.raises(InputError, match=r"^deep\.yaml: not valid YAML: nested too deeply$"):
+        strict_yaml.parse(_nested(sys.getrecursionlimit()), "deep.yaml")
+
+
+def test_a_read_error_is_one_named_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk or network file system that fails mid-read (EIO) is named with the reason, not a traceback."""
+    from int8alibi.provenance import hashing
+
+    class Failing(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            raise OSError(errno.EIO, "Input/output error")
+
+    (tmp_path / "c.yaml").write_text("a: 1\n")
+    monkeypatch.setattr(hashing, "open_regular", lambda path, error: Failing())
+    with pytest.raises(InputError, match=r"c\.yaml: cannot be read \(Input/output error\)$"):
+        strict_yaml.read(tmp_path / "c.yaml")

@@ -4,6 +4,7 @@ bytes on a rerun; and a precondition fault whose model fails closed is not appli
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -48,17 +49,20 @@ def expected_score(prediction: str, observable: bool, applicable: bool, fired: b
     return READING_RULE[(prediction, fired)]
 
 
+CHECK7 = PROTOCOL.tokens["check7"]
+
+
 def expected_fired(flips: int, positions: int, confident: int) -> bool:
-    """tokens.yaml check7 (margin_threshold 1.0, flip_budget 0.05, confident_flips_allowed 0) in
-    integers: fires when flips / positions > 1/20, or when any flip has a reference margin >= 1."""
-    return 20 * flips > positions or confident > 0
+    """tokens.yaml check7 in exact fractions (so the budget's own edge is not blurred by float
+    rounding): fires when flips / positions > flip_budget (1/20 when pinned at 0.05), or when more flips
+    than confident_flips_allowed have a reference margin >= margin_threshold."""
+    return (Fraction(flips) > Fraction(str(CHECK7["flip_budget"])) * positions
+            or confident > CHECK7["confident_flips_allowed"])
 
 
 def test_the_hand_written_rules_are_the_pinned_ones() -> None:
     assert PROTOCOL.analysis["reading_rule"]["scores"] == {"fire": {"fired": "TP", "silent": "FN"},
                                                           "silent": {"fired": "FP", "silent": "TN"}}
-    c7 = PROTOCOL.tokens["check7"]
-    assert (c7["margin_threshold"], c7["flip_budget"], c7["confident_flips_allowed"]) == (1.0, 0.05, 0)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +124,7 @@ def test_scores_follow_the_pinned_predictions_and_the_reading_rule(tables: dict)
         assert bool(row.observable) == (failed_closed or bool(mine["changed"].any()))
         if row.applicable:
             flips = mine["flip"].to_numpy()
-            confident = int((flips & (mine["margin"].to_numpy() >= 1.0)).sum())
+            confident = int((flips & (mine["margin"].to_numpy() >= CHECK7["margin_threshold"])).sum())
             assert (row.positions, row.flips, row.confident_flips) == (len(mine), int(flips.sum()), confident)
             assert fired is expected_fired(int(flips.sum()), len(mine), confident)
         assert row.score == expected_score(row.prediction, bool(row.observable), bool(row.applicable), fired)

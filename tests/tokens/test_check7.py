@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.protocol import load
@@ -69,7 +70,9 @@ def test_without_logits_the_check_is_not_applicable_never_passed() -> None:
 
 def test_the_pinned_rule_and_its_validation() -> None:
     tokens = load(ROOT / "preregistration").tokens
-    assert Check7Rule.from_protocol(tokens) == Check7Rule(1.0, 0.05, 0)
+    written = yaml.safe_load((ROOT / "preregistration" / "tokens.yaml").read_text(encoding="utf-8"))["check7"]
+    assert Check7Rule.from_protocol(tokens) == Check7Rule(  # each number from its own key, as amended
+        written["margin_threshold"], written["flip_budget"], written["confident_flips_allowed"])
     bad = {"check7": {**tokens["check7"], "flip_budget": 1.0}}
     with pytest.raises(ProtocolError, match="tokens.yaml: check7"):
         Check7Rule.from_protocol(bad)

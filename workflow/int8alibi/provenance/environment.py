@@ -46,7 +46,10 @@ def _git(root: Path, *args: str) -> str:
 def git_state(project_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Commit and dirty flag of the checkout holding ``project_root`` (default: the package's).
 
-    Outside a git checkout (an unpacked archive, a wheel install) the commit is recorded as
+    ``dirty`` says the code or protocol that ran may differ from the commit: a tracked file changed,
+    or an untracked file that git does not ignore (a new module runs too). Outputs the README's
+    recipes write into the checkout (``results-*/``, ``report.zip``) are in .gitignore, so they do
+    not count. Outside a git checkout (an unpacked archive, a wheel install) the commit is recorded as
     ``"no git history"`` with the reason, and ``dirty`` as ``None`` (unknown), never as clean.
     """
     root = Path(project_root) if project_root is not None else PACKAGE_ROOT
