@@ -86,6 +86,11 @@ def overwrites(a_q, w_q, s_a, s_w):
     return out
 
 
+def where(*_):
+    import int8alibi
+    raise ValueError(int8alibi.__file__)
+
+
 def float32(a_q, w_q, s_a, s_w):
     return good(a_q, w_q, s_a, s_w).float()
 
@@ -198,6 +203,14 @@ def test_a_misbehaving_user_arm_is_one_named_line_and_leaves_the_caller_as_it_wa
     assert "\n" not in message
     assert time.monotonic() - started < LIMIT + 10
     assert os.getcwd() == here and all(torch.equal(a, b) for a, b in zip(ops, kept))
+
+
+def test_the_worker_runs_the_package_the_caller_imported(planted: str, arms: dict) -> None:
+    import int8alibi
+
+    with pytest.raises(UserArmError) as caught:
+        arm(planted, arms, "where").scaled_mm(*operands())
+    assert str(caught.value) == f"user arm {planted}:where: raised ValueError: {int8alibi.__file__}"
 
 
 @pytest.mark.parametrize("name", ["deaf", "quits"])

@@ -38,6 +38,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -133,11 +134,14 @@ class UserProcess:
         self._failed: str | None = None
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair()
+        # the worker runs this package's code, wherever the stage imported it from
+        here = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))
         with ours, theirs:
             try:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", __package__, str(theirs.fileno()), str(os.getpid())],
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+                    env={**os.environ, "PYTHONPATH": here})
             except OSError as exc:
                 raise UserArmError(f"user arm {spec}: its worker process cannot be started: {exc}") from None
             self._conn = Connection(ours.detach())
