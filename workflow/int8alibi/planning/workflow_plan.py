@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import strict_yaml
-from ..config import (check_bounded, command_line_booleans, earlier_plan, expand_env, results_dir, run_config_path,
-                      validate)
+from ..config import (check_bounded, command_line_booleans, current_run_config, earlier_plan, expand_env,
+                      results_dir, run_config_path, validate, write_run_config)
 from ..errors import InputError
 from ..protocol import GateReport, gate
+from ..provenance.atomic import write_bytes
+from ..provenance.hashing import sha256_file
 from .resolve import plan
 from .rerun import shard_ranges, use_gpu
 
@@ -29,6 +31,8 @@ SOURCE = "config (after --configfile/--config)"
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
 REPORTED_STAGES = ("protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens")
 GPU_ONLY_STAGES = ("ksweep",)
+# Beside each run config, the SHA-256 of its bytes as written (``config.yaml.sha256``).
+SEAL_SUFFIX = ".sha256"
 
 
 def checked_config(config: dict[str, Any], configfiles: Iterable[str | Path],
@@ -64,12 +68,43 @@ class RunPlan:
 
 def run_plan(config: Mapping[str, Any], results: str) -> RunPlan:
     """Expand the config's environment variables and resolve ``auto`` once, reusing an earlier plan's
-    resolution made for the same device and arms values (``config.earlier_plan``)."""
+    resolution made for the same device and arms values (``config.earlier_plan``); the run config that
+    resolution is read from must be as it was written (``check_unedited``)."""
     expanded, unset = expand_env(config)
     path = run_config_path(results, expanded)
+    earlier = Path(path) if Path(path).exists() else current_run_config(results)
+    if earlier is not None and earlier.exists():
+        check_unedited(earlier)
     run = plan(expanded, earlier_plan(path, results, expanded))
     validate(run, path)
     return RunPlan(path, run, unset)
+
+
+def seal_path(run_config: str | Path) -> Path:
+    """Where the digest of a run config's written bytes lies: beside it, ``config.yaml.sha256``."""
+    return Path(f"{run_config}{SEAL_SUFFIX}")
+
+
+def check_unedited(run_config: Path) -> None:
+    """Refuse a run config whose bytes are no longer those written: its ``resolved`` block is the
+    choice made once when the run was planned, so a hand edit (two arms swapped) is neither honoured as a
+    new choice nor replaced by one. A file written before seals existed has none and is sealed by its
+    next executing run (``write_run``)."""
+    seal = seal_path(run_config)
+    if seal.exists() and seal.read_text(encoding="utf-8", errors="replace").strip() != sha256_file(run_config):
+        raise InputError(f"{run_config}: this run config was edited after it was written (its SHA-256 is no longer "
+                         f"the one {seal.name} beside it records; e.g. a hand-edited resolved block): a run's "
+                         "resolution is made once and read, never rechosen; delete its folder to plan the run again")
+
+
+def write_run(run: Mapping[str, Any], path: str) -> None:
+    """When a run starts executing (Snakemake's ``onstart``): the run config written once
+    (``config.write_run_config``) and, beside it, the digest of its bytes that later plans check."""
+    new = not Path(path).exists()
+    written = write_run_config(run, path)
+    seal = seal_path(written)
+    if new or not seal.exists():  # a seal left beside a deleted run config does not describe the new one
+        write_bytes(seal, f"{sha256_file(written)}\n".encode())
 
 
 def side_folders(config: Mapping[str, Any], results: str) -> tuple[str, str]:
