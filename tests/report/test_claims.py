@@ -258,7 +258,7 @@ def test_the_four_model_dependent_rows_name_the_cells_they_rest_on(tmp_path: Pat
         assert got.holds is False, claim_id
         shown = _v(claim_id, got, SYNTHETIC)
         assert shown.startswith("not reproduced on this model (synthetic weights): rests on"), (claim_id, shown)
-        assert "2 F5 cells fired check 6 under own scales (one 1, pct 1; 1 layers; max ulp 3–3)" in shown, shown
+        assert "2 F5 cells fired check 6 under own scales (severity one 1, pct 1; 1 layers; max ulp 3–3)" in shown, shown
         assert "tile width is this project's protocol parameter" in shown
     # on the same cells without the two firing ones, every row holds, and says on what
     quiet = _f5_cells(fired_on_6=0)

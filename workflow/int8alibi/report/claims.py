@@ -22,6 +22,7 @@ from .verdicts import NOT_COMPUTED, Measured, RunFacts, Verdict, decide
 
 EPILOGUE = ("F1", "F2", "F3", "F4", "F5")
 UNDETECTED_EPILOGUE = ("F1", "F2", "F3", "F5")
+WHY = "Why:"  # where the mechanism starts, after the cells; the verdict box shows only what comes before
 F5_NOTE = ("F5 adds K/tile float32 partial products (the tile width is this project's protocol parameter; the "
            "paper does not give one), so its rounding error scales with the partial sums, not with the output: "
            "an output that cancels toward zero can move by more than one bf16 spacing, and how often that happens "
@@ -100,9 +101,9 @@ def _cell_groups(rows: pd.DataFrame, what: str) -> str:
         sev = ", ".join(f"{k} {n}" for k, n in cells["severity"].value_counts().sort_index().items())
         ulps = g["max_ulp"].dropna() if "max_ulp" in g else pd.Series(dtype=float)
         ulp = f"; max ulp {int(ulps.min())}–{int(ulps.max())}" if not ulps.empty else ""
-        parts.append(f"{len(cells):,} {fault} cells fired check {int(check)} under {regime} scales ({sev}; "
+        parts.append(f"{len(cells):,} {fault} cells fired check {int(check)} under {regime} scales (severity {sev}; "
                      f"{cells['layer'].nunique():,} layers{ulp})")
-    note = f". {F5_NOTE}" if (rows["fault"] == "F5").any() else ""
+    note = f". {WHY} {F5_NOTE}" if (rows["fault"] == "F5").any() else ""
     return f"rests on {what}: " + "; ".join(parts) + note
 
 

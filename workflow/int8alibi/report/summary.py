@@ -24,7 +24,7 @@ import pandas as pd
 from ..protocol.chain import read_amendments
 from ..protocol.pins import predictions_pin
 from ..provenance.hashing import sha256_file
-from .claims import claims_table, measure, real_scale_catches
+from .claims import WHY, claims_table, measure, real_scale_catches
 from .document import Block, Box, BoxLine, Document, Heading, Paragraph, Source, Table
 from .measures import decision_row, summary_row
 from .sections import Tables
@@ -275,9 +275,9 @@ def verdict_box(t: Tables, protocol: Any, run: RunFacts, arms: str) -> Box:
     frame, _ = claims_table(protocol, t, run)
     lines: list[BoxLine] = [("Answer:", answer(t, protocol, run, arms).removeprefix("Answer: "))]
     for r in frame[frame["headline"]].itertuples():
-        detail = r.verdict.removeprefix(r.verdict_kind).strip().removeprefix(":").strip()
+        detail = r.verdict.removeprefix(r.verdict_kind).strip().removeprefix(":").strip().split(f". {WHY} ")[0]
         if detail and not detail.startswith("("):
-            detail = f"({detail})"
+            detail = f"({detail}{')' if detail.count('(') > detail.count(')') else ''})"
         lines.append((r.verdict_kind, f"{r.claim} [{r.paper.split()[0]}]. This run: {_short(r.this_run)}"
                                       + (f" {detail}" if detail else "") + "."))
     lines.append(f"All {len(frame)} registered results of the two papers: {_kind_counts(frame)} (every row in the "
@@ -363,20 +363,25 @@ def identity(results: Path) -> str:
     if not manifests:
         return "Run identity: no stage manifest found."
     commits: dict[str, int] = {}
-    dirty = 0
+    dirty = unknown = 0
     for m in manifests:
         git = (m.get("code") or {}).get("git") or {}
         commits[str(git.get("commit", "unknown"))] = commits.get(str(git.get("commit", "unknown")), 0) + 1
-        dirty += bool(git.get("dirty"))
-    code = "; ".join(f"commit {c[:12]}" + (f" of {d}" if (d := _commit_date(c)) else "") + f" ({n} stages)"
+        dirty += git.get("dirty") is True
+        unknown += git.get("dirty") is None
+    code = "; ".join((f"commit {c[:12]}" + (f" of {d}" if (d := _commit_date(c)) else "")
+                      if re.fullmatch(r"[0-9a-f]{40}", c) else f"code commit not recorded ({c})") + f" ({n} stages)"
                      for c, n in sorted(commits.items()))
     env = next((m.get("environment") for m in manifests if m.get("stage") == "capture"), None) \
         or manifests[0].get("environment") or {}
     libs = env.get("libraries", {})
     versions = ", ".join(f"{k} {libs[k]}" for k in ("torch", "transformers", "triton", "vllm", "pandas", "pyarrow")
                          if k in libs)
-    return (f"Run identity: {code}; " + (f"{dirty} stages from a modified checkout; " if dirty else
-                                         "every stage from a clean checkout; ")
+    state = (f"{dirty} stages from a modified checkout; " if dirty else
+             "whether the checkout was modified is not recorded; " if unknown == len(manifests) else
+             f"no stage from a modified checkout ({unknown} not recorded); " if unknown else
+             "every stage from a clean checkout; ")
+    return (f"Run identity: {code}; " + state
             + f"Python {env.get('python', '?')}; {versions}; device {_device(env)}. Dates and times of each stage "
             "are in its manifest.json, outside every digest.")
 
@@ -496,10 +501,13 @@ def setup(t: Tables, cfg: Any, protocol: Any, resolution: str, emulated: bool | 
     labels = {"models": "model", "weights": "weights", "arms": "kernel arms", "engines": "engines",
               "device": "device", "layer_capture": "layer capture", "generation": "generation",
               "corpus": "corpus and windows"}
-    paper_side = {"weights": "Qwen3's trained weights", "engines": "vLLM 0.27.1's engine (2608.13756 also SGLang)"}
+    paper_side = {"IA": {"weights": "Qwen3's trained weights",
+                         "engines": "vLLM 0.27.1's engine throughout; SGLang as a third engine"},
+                  "PT": {"weights": "Qwen3's trained weights",
+                         "engines": f"not restated beyond arXiv:{papers['IA']['arxiv']}'s (vLLM)"}}
     frame = pd.DataFrame([{"aspect": labels[k], "this run": mine[k],
-                           f"arXiv:{papers['IA']['arxiv']}": papers["IA"]["setup"].get(k, paper_side.get(k, "")),
-                           f"arXiv:{papers['PT']['arxiv']}": papers["PT"]["setup"].get(k, paper_side.get(k, ""))}
+                           **{f"arXiv:{papers[p]['arxiv']}": papers[p]["setup"].get(k, paper_side[p].get(k, ""))
+                              for p in ("IA", "PT")}}
                           for k in labels])
     paper_file = protocol.root / "paper.yaml"
     pins = _pin_status(protocol.root.parent, predictions_pin(str(cfg.get("results", "results"))))
