@@ -44,13 +44,6 @@ FLIPS = {
     "arms": ("arms: auto", "arms: [exact-triton-order, exact-cutlass-order]"),
     "exploratory": ("exploratory: false", "exploratory: true"),
 }
-# Pending (issue 45, item 6): five stages still read the exploratory flag to write it into their
-# manifests (not their tables), so their rules still digest it and rerun them with the same bytes.
-PENDING = pytest.mark.xfail(strict=True, raises=AssertionError,
-                            reason="protocol, determinism, prefill_decode, perplexity and tokens still record "
-                                   "exploratory in their manifests, so their rules digest it")
-
-
 @pytest.fixture(scope="module")
 def finished_run(pinned_tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy_run(pinned_tiny_run, tmp_path_factory.mktemp("flips") / "project")
@@ -88,8 +81,7 @@ def test_every_declared_key_is_flipped() -> None:
     assert set(FLIPS) == set(BYTES) == {key for needs in STAGES.values() for key in needs.config}
 
 
-@pytest.mark.parametrize("key", [*(k for k in FLIPS if k != "exploratory"),
-                                 pytest.param("exploratory", marks=PENDING)])
+@pytest.mark.parametrize("key", list(FLIPS))
 def test_a_flipped_key_reruns_exactly_the_stages_whose_bytes_it_changes(finished_run: Path, key: str) -> None:
     statuses = summary(finished_run, "config/test.yaml")
     assert set(statuses) == {"ok"}, statuses  # the finished run is current

@@ -52,10 +52,10 @@ class StageNeeds:
         return FORWARD_THREADS if self.pinned else self.cpu_threads
 
 
-_MODEL_RUN = ("model", "size_profile", "device", "arms", "exploratory")
+_MODEL_RUN = ("model", "size_profile", "device", "arms")
 
 STAGES: dict[str, StageNeeds] = {
-    "protocol": StageNeeds(("exploratory",), cpu_threads=1),
+    "protocol": StageNeeds(cpu_threads=1),
     "model": StageNeeds(("model",), sources=("parent",)),
     "reference": StageNeeds(),
     "requant": StageNeeds(("model", "device"), sources=("checkpoint",)),
@@ -64,7 +64,7 @@ STAGES: dict[str, StageNeeds] = {
     "compare": StageNeeds(("arms", "device", "exploratory"), float_statistics=True),
     "faults": StageNeeds(("device", "exploratory"), float_statistics=True),
     "generate": StageNeeds(("model", "size_profile", "device"), forward=True),
-    "determinism": StageNeeds(("arms", "device", "exploratory"), cpu_threads=1),
+    "determinism": StageNeeds(("arms", "device"), cpu_threads=1),
     "prefill_decode": StageNeeds(_MODEL_RUN, forward=True),
     "perplexity": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
     "tokens": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),

@@ -210,7 +210,6 @@ def run(cfg: Config, out_dir: Path, runs: Path, allow_unverified: str = "false")
                 "engine": sorted({str(art.identity.engine.get("name")) for art in arts.values()}),
                 "checkpoints": list(CHECKPOINT_VARIANTS), "runs": list(RUNS)},
         arms=[dict(arts[(arm, CHECKPOINT_VARIANTS[0], 1)].identity.kernel_evidence) for arm in arms],
-        exploratory=cfg.exploratory,
         extra={"identity": {"verified": not violations, "allow_unverified": allow,
                             "violations": [{"a": sa, "b": sb, "field": m.field, "value_a": m.a, "value_b": m.b}
                                            for sa, sb, m in violations]}},

@@ -209,7 +209,7 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
         params={"size_profile": cfg["size_profile"], "windows": int(profile["windows"]),
                 "window_tokens": int(profile["window_tokens"]), "kernel_arm": kernel.name,
                 "bootstrap": dict(analysis["bootstrap"])},
-        arms=[kernel.evidence()], exploratory=cfg.exploratory,
+        arms=[kernel.evidence()],
         extra={"corpus": {"name": corpus.name, "sha256": corpus.sha256, "pin": corpus.pin},
                "windows_sha256": sha256_bytes(canonical_json(cut.tolist()).encode()),
                "arm_selection": selection,

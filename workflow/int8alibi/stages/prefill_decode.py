@@ -146,7 +146,6 @@ def run(cfg: Config, out_dir: Path, gate: Path) -> None:
                 "bootstrap": {k: boot[k] for k in ("seed", "resamples", "level", "interval")},
                 "cluster": "sequence"},
         arms=[arm_a.evidence(), arm_b.evidence()],
-        exploratory=cfg.exploratory,
         extra={"prompt_digest": digest, "arm_selection": selection,
                "comparison": "prefill logits against decode logits per generated position, same arm; flip = "
                              "top-1 differs (ties to the lowest id); attribution at the first position whose bf16 "

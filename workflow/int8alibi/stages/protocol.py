@@ -85,7 +85,6 @@ def run(cfg: Config, out_dir: Path, *, project_root: str | Path = ".") -> None:
         outputs={"pins": pins_path},
         inputs=[root / rel for rel in table.loc[table["kind"] == "protocol", "file"]] + amendment_files + lock,
         params={},
-        exploratory=cfg.exploratory,
         protocol_root=root / PROTOCOL_DIR,
     )
 

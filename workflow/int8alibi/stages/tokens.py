@@ -489,7 +489,6 @@ def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> N
                 "fault_seed": settings.seed},
         arms=[arm_a.evidence(), arm_b.evidence(),
               InjectionArm([None], 1, "(evidence)", 0, settings, device).evidence()],
-        exploratory=cfg.exploratory,
         extra={"corpus": {"name": corpus.name, "sha256": corpus.sha256, "pin": corpus.pin},
                "windows_sha256": sha256_bytes(canonical_json(cut.tolist()).encode()),
                "arm_selection": selection, "check7_scores": scores,
