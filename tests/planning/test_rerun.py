@@ -222,3 +222,16 @@ def test_rerun_params_of_an_unset_variable_hold_no_wildcard(tmp_path: Path) -> N
     assert params["config_corpus"] == 'config corpus: {"path": "$<WIKITEXT2_RAW>", "source": "wikitext"}'
     assert params["source_corpus"] == "corpus files: $<WIKITEXT2_RAW> (not set)"
     assert not any(WILDCARD_REGEX.search(text) for text in params.values())
+
+
+def test_a_broken_link_in_a_parent_folder_enters_the_digest_instead_of_stopping_the_plan(tmp_path: Path) -> None:
+    """Planning lists the parent's files; a link to nothing is named (the model stage refuses it) rather
+    than raising FileNotFoundError while Snakemake parses."""
+    from int8alibi.planning.rerun import source_files
+
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "config.json").write_text("{}")
+    (parent / "model.safetensors").symlink_to(tmp_path / "nowhere")
+    got = source_files({"model": {"source": "hf", "parent": str(parent)}, "corpus": {"source": "synthetic"}})
+    assert got["parent"] == f"broken link: {(parent / 'model.safetensors').as_posix()}"

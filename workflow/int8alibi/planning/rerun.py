@@ -233,7 +233,11 @@ def source_files(config: Mapping[str, Any]) -> dict[str, list[tuple[str, Path]] 
         if _unset(value):
             return f"unset: {value}"
         path = Path(value)
-        return _tree(label, path) if path.is_dir() else f"missing directory: {path.resolve().as_posix()}"
+        if not path.is_dir():
+            return f"missing directory: {path.resolve().as_posix()}"
+        files = _tree(label, path)
+        broken = next((p for _, p in files if not p.exists()), None)  # a link to nothing: the stage refuses it
+        return f"broken link: {broken.as_posix()}" if broken is not None else files
 
     if model["source"] == "hf":
         out["parent"] = directory("parent", model.get("parent"))
