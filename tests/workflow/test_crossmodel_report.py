@@ -109,6 +109,7 @@ def test_report_fits_1280_px_and_paints_every_figure(two_runs: Path, tmp_path: P
     assert box["top"] < tops["Glossary"] and box["bottom"] < 2 * FIRST_SCREEN_PX, box
     # the parent is synthetic: what rests on language has no verdict, in the box and in the findings
     md = html.with_suffix(".md").read_text()
-    assert "no verdict: synthetic weights" in box["text"]
+    assert "no verdict Perplexity change of pow2-nearest against own" in box["text"]  # the bold word, then the claim
+    assert "(synthetic weights)" in box["text"]
     assert "| H1 | hypothesis | no verdict: synthetic weights" in md
     assert seen.screenshot.stat().st_size > 10_000
