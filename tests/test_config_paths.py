@@ -118,3 +118,10 @@ def test_results_naming_an_existing_file_are_refused(checkout: Path, tmp_path: P
     with pytest.raises(InputError, match=r"root_file is an existing file, not a folder"):
         results_dir({"results": "results", "results_root": str(tmp_path / "root_file")}, checkout)
     assert (checkout / "README.md").read_text() == "the project\n"
+
+
+def test_a_crossmodel_folder_ending_in_a_newline_is_refused() -> None:
+    """A pattern's `$` also matches before a final newline; the schema's `(?!\\n)` closes that gap."""
+    with pytest.raises(InputError, match=r"invalid config at crossmodel/0"):
+        validate(user_config(crossmodel=["results/a\n", "results/b"]), "cfg.yaml")
+    validate(user_config(crossmodel=["results/a", "results/b"]), "cfg.yaml")

@@ -69,3 +69,18 @@ def test_names_and_files_that_would_escape_or_mislead_are_refused_while_planning
 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "site", "other", "A-9999.yaml"])
     assert not (repo / "results").exists() and not (repo / "logs").exists()
+
+
+def test_plan_caches_that_cannot_be_written_only_warn(tmp_path: Path) -> None:
+    """A .snakemake/ the plan cannot write (here its cache folder is a file, which even root cannot
+    write into) costs the next plan its caches, not the plan: one warning line, exit 0."""
+    repo = copy_project(tmp_path / "project")
+    (repo / ".snakemake").mkdir(exist_ok=True)
+    (repo / ".snakemake" / "int8alibi").write_text("not a folder")
+    (repo / "config" / "case.yaml").write_text(TINY_CONFIG.replace("arms: auto", "arms: [exact-cutlass-order, exact-triton-order]"))
+    done = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "--configfile", "config/case.yaml"], cwd=repo,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in out, out[-3000:]
+    assert "int8alibi: plan caches not saved:" in out, out[-3000:]

@@ -152,8 +152,15 @@ def rule_priority(rule):
 
 
 def save_plan_caches():
-    CODE.save()
-    parse_cache.save()
+    """Keep the plan's caches; one that cannot be written (a read-only .snakemake/) only costs the
+    next plan its speed, so it warns instead of stopping the plan."""
+    try:
+        CODE.save()
+        parse_cache.save()
+    except OSError as exc:
+        from int8alibi.errors import fault_line
+
+        sys.stderr.write(f"int8alibi: plan caches not saved: {fault_line(exc, 'the plan caches') or exc}\n")
 
 
 def stage_params(stage, environment=None):

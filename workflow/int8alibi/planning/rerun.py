@@ -292,10 +292,13 @@ class DigestCache:
                 return
         except (OSError, ValueError):
             pass
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.used, sort_keys=True, indent=0))
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.used, sort_keys=True, indent=0))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a cache that cannot be kept only costs the next plan its speed
+            sys.stderr.write(f"int8alibi: plan caches not saved: {self.path}: {exc.strerror or exc}\n")
 
 
 def source_digests(config: Mapping[str, Any], cache_dir: Path) -> dict[str, str]:
