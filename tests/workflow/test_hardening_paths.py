@@ -77,7 +77,8 @@ def test_plan_caches_that_cannot_be_written_only_warn(tmp_path: Path) -> None:
     repo = copy_project(tmp_path / "project")
     (repo / ".snakemake").mkdir(exist_ok=True)
     (repo / ".snakemake" / "int8alibi").write_text("not a folder")
-    (repo / "config" / "case.yaml").write_text(TINY_CONFIG.replace("arms: auto", "arms: [exact-cutlass-order, exact-triton-order]"))
+    config = TINY_CONFIG.replace("arms: auto", "arms: [exact-cutlass-order, exact-triton-order]")
+    (repo / "config" / "case.yaml").write_text(config)
     done = subprocess.run([str(SNAKEMAKE), "-n", "--cores", "1", "--configfile", "config/case.yaml"], cwd=repo,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
