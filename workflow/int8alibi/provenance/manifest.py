@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, ManifestError
+from ..errors import InputError, ManifestError, ProtocolError
 from .. import protocol
+from ..protocol.pins import AMENDMENTS_DIR, PROTOCOL_DIR
 from . import environment
 from .atomic import write_bytes
 from .chain import upstream_of
@@ -34,6 +37,10 @@ PathLike = str | os.PathLike[str]
 # so a run config edited after the run (its ``resolved`` block: host, arms) no longer verifies.
 RUN_CONFIG: ContextVar[Path | None] = ContextVar("run_config", default=None)
 RUN_CONFIG_INPUT = "run config"
+
+# The protocol's files as the running stage found them when it started (``stage_main`` binds them):
+# a manifest is refused when they changed since, as the stage's results were computed under the old ones.
+PROTOCOL_AT_START: ContextVar[tuple[Path, dict[str, str]] | None] = ContextVar("protocol_at_start", default=None)
 
 
 def record_path(path: PathLike, project_root: Path) -> str:
@@ -86,6 +93,48 @@ def _records(items: Mapping[str, PathLike] | Iterable[PathLike], project_root: P
 def protocol_pins(project_root: Path) -> dict[str, Any]:
     """The protocol in force (``protocol.current_pins``), as the manifest records it."""
     return dict(protocol.current_pins(project_root))
+
+
+def protocol_state(project_root: Path) -> dict[str, str]:
+    """Every entry under the protocol and amendments folders -> its SHA-256 (a link or other non-file:
+    its kind), cheap enough to take when a stage starts; any edit, addition or removal changes it."""
+    state: dict[str, str] = {}
+    for folder in (PROTOCOL_DIR, AMENDMENTS_DIR):
+        for path in sorted((project_root / folder).rglob("*")):
+            mode = path.lstat().st_mode
+            rel = path.relative_to(project_root).as_posix()
+            if stat.S_ISREG(mode):
+                state[rel] = sha256_file(path)
+            elif not stat.S_ISDIR(mode):
+                state[rel] = f"not a file ({'a link to ' + os.readlink(path) if stat.S_ISLNK(mode) else oct(mode)})"
+    return state
+
+
+@contextmanager
+def bind_protocol(project_root: Path) -> Iterator[None]:
+    """Within the block, a manifest of ``project_root``'s protocol is written only if the protocol's
+    files are still those found on entering (``PROTOCOL_AT_START``)."""
+    root = Path(project_root).resolve()
+    token = PROTOCOL_AT_START.set((root, protocol_state(root)))
+    try:
+        yield
+    finally:
+        PROTOCOL_AT_START.reset(token)
+
+
+def _check_protocol_unchanged(root: Path, stage: str, manifest_path: Path) -> None:
+    """``ProtocolError`` when the protocol bound at the stage's start (same project) changed since."""
+    bound = PROTOCOL_AT_START.get()
+    if bound is None or bound[0] != root:
+        return
+    before, now = bound[1], protocol_state(root)
+    changed = [f"{rel} {'added' if rel not in before else 'removed' if rel not in now else 'changed'}"
+               for rel in sorted(set(before) | set(now)) if before.get(rel) != now.get(rel)]
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise ProtocolError(f"{manifest_path}: the protocol changed while stage {stage} ran ({', '.join(changed[:3])}"
+                            f"{more}); its results were computed under the protocol as it was when it started, "
+                            "so they are not recorded under the new one: run the stage again")
 
 
 def _stage_digest(stage: str) -> str:
@@ -156,6 +205,7 @@ def write_manifest(stage_dir: PathLike, *, stage: str,
     body["digest"] = manifest_digest(body)
     body["recorded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     text = json.dumps(body, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    _check_protocol_unchanged(root, stage, manifest_path)  # after the pins were read: they are the start's
     return write_bytes(manifest_path, text.encode())
 
 

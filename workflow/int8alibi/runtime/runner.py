@@ -21,7 +21,7 @@ from ..printable import printable
 from ..progress import heartbeat, plain_stderr
 from ..provenance.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
-from ..provenance.manifest import RUN_CONFIG
+from ..provenance.manifest import RUN_CONFIG, bind_protocol
 from ..provenance.transaction import stage_transaction
 from ..planning.stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 from .device_memory import log_peak_device_memory
@@ -121,8 +121,11 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     manifest (``provenance.chain.verify_input``). A failure prints one line naming what failed and
     exits 1 (a full disk: ``DiskFullError``), and leaves ``--out`` exactly as it was: the stage runs
     as a transaction on that folder (``provenance.transaction``: snapshot, locked, restored on any
-    failure), and temporaries a killed earlier run left in ``--out`` are removed or reported
-    (``provenance.atomic.sweep_stale``). Every stage computes under the portable CPU settings
+    failure, and by a watcher process when the stage is killed), and temporaries a killed earlier run
+    left in ``--out`` are removed or reported (``provenance.atomic.sweep_stale``). The protocol's files
+    are bound when the stage starts (``provenance.manifest.bind_protocol``): a manifest written after
+    they changed is refused, so results are never recorded under a protocol they were not computed
+    under. Every stage computes under the portable CPU settings
     (``int8alibi.portable``): started without them, it re-executes itself with them; if they still do
     not hold, it stops before computing anything.
     """
@@ -174,8 +177,9 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         log.info("%s: run config %s", stage, args.config)
         token = RUN_CONFIG.set(args.config)  # recorded as an input of the stage's manifest
         try:
-            # a line every ten seconds on the console (Snakemake shows it) and in the log, which holds plain lines
-            with heartbeat(stage), plain_stderr():
+            # a line every ten seconds on the console (Snakemake shows it) and in the log, which holds plain
+            # lines; the protocol is bound as found now: an amendment made while the stage runs refuses its manifest
+            with heartbeat(stage), plain_stderr(), bind_protocol(Path.cwd()):
                 run(cfg, args.out, **inputs, **params)
             if scope is not None:
                 log_reads(scope)
