@@ -165,3 +165,16 @@ def test_cli_reports_errors_and_exits_nonzero(repo: Path, capsys: pytest.Capture
     ]
     assert main(argv) == 1
     assert "results/missing.parquet: data artifact to pin does not exist" in capsys.readouterr().err
+
+
+def test_amend_refuses_to_pin_a_protocol_file_that_is_a_link(repo: Path, tmp_path: Path) -> None:
+    """A pinned link would certify a file that git does not hold (it records only the link)."""
+    target = tmp_path / "elsewhere.yaml"
+    path = repo / "preregistration" / "analysis.yaml"
+    target.write_text(path.read_text().replace("resamples: 2000", "resamples: 4000", 1))
+    path.unlink()
+    path.symlink_to(target)
+    count = len(list((repo / "amendments").glob("A-*.yaml")))
+    with pytest.raises(ProtocolError, match=r"preregistration/analysis\.yaml.*link"):
+        amend(repo, "Via a link", "Should be refused.", ALL_READERS_OF_ANALYSIS, "pre-data")
+    assert len(list((repo / "amendments").glob("A-*.yaml"))) == count  # nothing written

@@ -22,7 +22,7 @@ import yaml
 from ..errors import Int8AlibiError, ProtocolError
 from ..printable import printable
 from .chain import amendment_name, read_amendments, verify_chain
-from .gate import gate
+from .gate import gate, refuse_protocol_links
 from .history import check_dates, check_history
 from .load import load
 from ..provenance.environment import made_in
@@ -95,6 +95,7 @@ def amend(
     verify_chain(amendments)
     check_dates(root, amendments)
     load(root / PROTOCOL_DIR)
+    refuse_protocol_links(root)  # a pinned link would certify a file git does not hold
     latest = amendments[-1]
     files = protocol_files_on_disk(root)
     changed = {rel for rel in set(files) | set(latest.pins) if files.get(rel) != latest.pins.get(rel)}
