@@ -106,3 +106,13 @@ def test_the_run_identity_has_commit_versions_and_device_but_no_time(tmp_path: P
     assert "commit 000000000000 (1 stages)" in text and "torch 2.11.0, vllm 0.26.0" in text
     assert "device NVIDIA H200 (compute capability 9.0, CUDA 12.8, driver 570.1)" in text
     assert "23:00" not in text and "2026-12-05T" not in text
+
+
+def test_the_setup_names_the_engine_of_each_stage() -> None:
+    """Only the determinism stage's tokens can come from vLLM's engine; the others are always this
+    project's own, and the setup says so whatever the run's engine."""
+    assert summary._engines(SYNTHETIC).startswith("greedy generations (determinism): vLLM's engine")
+    own = summary._engines(TRAINED)
+    assert own.startswith("greedy generations (determinism): this project's own engine")
+    for engine in (own, summary._engines(SYNTHETIC)):
+        assert engine.endswith("perplexity and the layer captures: this project's own engine, not vLLM's")
