@@ -200,8 +200,9 @@ def test_diff_reports_changed_param_and_outputs(two_runs: tuple[Path, Path]) -> 
     assert "inputs[<results>/alpha/layers.parquet].sha256" in beta
     assert "outputs[<results>/beta/summary.txt].sha256" in beta
     assert "params" not in {f.split(".")[0] for f in beta}
-    assert explain(found) == {"alpha": "outputs differ; recorded causes: params",
-                              "beta": "outputs differ; recorded causes: inputs, upstream"}
+    assert explain(found) == {"alpha": "outputs differ; causes: param seed",
+                              "beta": "outputs differ; causes: input <results>/alpha/layers.parquet, "
+                                      "upstream stage alpha"}
 
 
 def test_diff_text_is_stable(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,16 +212,20 @@ def test_diff_text_is_stable(two_runs: tuple[Path, Path], capsys: pytest.Capture
     assert diff_main([str(a), str(b)]) == 1
     assert capsys.readouterr().out == first
     lines = first.splitlines()
-    assert lines[0] == "stage alpha (files re-hashed)"
+    assert lines[:3] == [f"2 of 2 stage(s) differ between {a} and {b} (files re-hashed):",
+                         "  alpha: outputs differ; causes: param seed",
+                         "  beta: outputs differ; causes: input <results>/alpha/layers.parquet, upstream stage alpha"]
+    assert lines[3] == "stage alpha (files re-hashed)"
     assert "  params.seed: 1 -> 2" in lines
     assert "  outputs[<results>/alpha/layers.parquet].rows: 3 -> 2" in lines
     assert lines.index("  outputs[<results>/alpha/layers.parquet].rows: 3 -> 2") < lines.index("  params.seed: 1 -> 2")
-    assert "  why: outputs differ; recorded causes: params" in lines
     assert lines[-1] == f"{len(diff(a, b))} difference(s) in 2 stage(s) between {a} and {b} (files re-hashed)"
     assert diff_main([str(a), str(b), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert {"stage": "alpha", "field": "params.seed", "a": 1, "b": 2} in report["differences"]
-    assert report["why"]["beta"] == "outputs differ; recorded causes: inputs, upstream"
+    assert report["why"]["beta"] == lines[2].removeprefix("  beta: ")
+    assert report["stages"] == 2 and report["summary"]["alpha"] == {"outputs": "differ", "causes": ["param seed"],
+                                                                     "other": []}
 
 
 def test_output_change_without_recorded_cause_is_called_nondeterministic(project: Path) -> None:

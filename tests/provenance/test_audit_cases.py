@@ -86,9 +86,14 @@ def test_two_runs_across_an_amendment_name_the_protocol_as_a_cause(project: Path
     assert "protocol.pins.files.preregistration/thresholds.yaml" in alpha or any(
         f.startswith("protocol.pins.files") for f in alpha)
     why = explain(found)
-    assert why["alpha"] == "outputs identical despite differences in inputs, protocol"
-    # beta read alpha's table, whose manifest (and so its digest, recorded upstream) differs
-    assert why["beta"] == "outputs identical despite differences in upstream, protocol"
+    assert why["alpha"] == ("outputs identical despite differences in protocol file preregistration/thresholds.yaml, "
+                            "input preregistration/thresholds.yaml (also differ, not causes: amendment "
+                            "A-0002 -> A-0003)")
+    # beta read alpha's table, whose manifest (and so its digest, recorded upstream) differs; it does not
+    # read thresholds.yaml, so that file is no cause of beta's
+    assert why["beta"] == ("outputs identical despite differences in upstream stage alpha (also differ, not causes: "
+                           "amendment A-0002 -> A-0003, protocol file preregistration/thresholds.yaml (not read by "
+                           "this stage))")
     # The earlier run, verified under the later amendment: its changed protocol file is an error for
     # the stage that read it, and the amendment a notice for both.
     earlier = verify(project / "results")
@@ -170,7 +175,7 @@ def copy(project: Path) -> Path:
 def test_diff_lists_fields_section_by_section(project: Path, copy: Path) -> None:
     def edit(m: dict) -> None:
         m["params"]["extra_param"] = 1
-        m["code"]["package_digest"] = "f" * 64
+        m["code"]["stage_digest"] = "f" * 64
         m["environment"]["python"] = "0.0"
         m["arms"] = [{"name": "other-arm"}]
         m["exploratory"] = True
@@ -185,13 +190,16 @@ def test_diff_lists_fields_section_by_section(project: Path, copy: Path) -> None
                         "exploratory", "extra"]
     assert "upstream[<results>/alpha/manifest.json].digest" in fields   # links are keyed by their manifest
     why = explain(diff(project / "results", copy))["beta"]
-    assert why == ("outputs differ; recorded causes: inputs, upstream, params, protocol, code, environment, "
-                   "arms, exploratory, extra")
+    assert why == ("outputs differ; causes: param extra_param, its code (the stage's code digest), environment "
+                   "python, arms, exploratory flag, extra, input <results>/alpha/layers.parquet, upstream stage "
+                   "alpha (also differ, not causes: amendment A-0002 -> A-9999)")
 
 
-@pytest.mark.parametrize("section", ["code", "environment", "arms", "extra"])
-def test_each_recorded_cause_is_named_alone(project: Path, copy: Path, section: str) -> None:
-    values = {"code": ("package_digest", "f" * 64), "environment": ("python", "0.0")}
+@pytest.mark.parametrize(("section", "words"), [("code", "its code (the stage's code digest)"),
+                                               ("environment", "environment python"), ("arms", "arms"),
+                                               ("extra", "extra")])
+def test_each_recorded_cause_is_named_alone(project: Path, copy: Path, section: str, words: str) -> None:
+    values = {"code": ("stage_digest", "f" * 64), "environment": ("python", "0.0")}
     def edit(m: dict) -> None:
         if section in values:
             key, value = values[section]
@@ -199,7 +207,7 @@ def test_each_recorded_cause_is_named_alone(project: Path, copy: Path, section: 
         else:
             m[section] = [{"name": "x"}] if section == "arms" else {"note": 1}
     _forge(copy / "beta" / "manifest.json", edit)
-    assert explain(diff(project / "results", copy))["beta"] == f"outputs differ; recorded causes: {section}"
+    assert explain(diff(project / "results", copy))["beta"] == f"outputs differ; causes: {words}"
 
 
 def test_diff_re_hashes_by_default_and_names_a_stale_record_without_its_suffix(project: Path, copy: Path) -> None:
@@ -244,4 +252,4 @@ def test_diff_json_keeps_text_as_written(project: Path, copy: Path, capsys: pyte
     _forge(copy / "beta" / "manifest.json", lambda m: m["params"].update(unit="µs"))
     assert diff_main([str(project / "results"), str(copy), "--json"]) == 1
     printed = capsys.readouterr().out
-    assert '"b": "µs"' in printed and json.loads(printed)["why"]["beta"].endswith("recorded causes: params")
+    assert '"b": "µs"' in printed and json.loads(printed)["why"]["beta"].endswith("causes: param unit")

@@ -268,7 +268,9 @@ def test_diff_rehashes_a_flipped_byte_in_a_copy(project: Path, capsys: pytest.Ca
                                        "in one run (the file changed after the stage ran; run verify on that run)"}
     assert diff_main([str(results), str(copy)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "stage alpha (files re-hashed)" and out[-1].startswith("2 difference(s) in 1 stage(s)")
+    assert out[0] == f"1 of 2 stage(s) differ between {results} and {copy} (files re-hashed):"
+    assert out[1].startswith("  alpha: outputs[<results>/alpha/note.txt]: no longer what its manifest recorded")
+    assert out[2] == "stage alpha (files re-hashed)" and out[-1].startswith("2 difference(s) in 1 stage(s)")
     # recorded digests only: the manifests agree, and the output says that files were not re-hashed
     assert diff(results, copy, rehash=False) == []
     assert diff_main([str(results), str(copy), "--recorded-only"]) == 0

@@ -1,7 +1,9 @@
 # The cross-model view: finished results folders of several configs in one table (paper layout).
-# Each folder is written by its own config (`--config results=results/<name>`); name them with
-#   snakemake crossmodel --config 'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]'
-# A folder that is not a finished run stops the job, naming it.
+# Each folder is written by its own config: the default run's `results`, the others' `results/<name>`
+# (`--config results=results/<name>`); name them with
+#   snakemake crossmodel --config 'crossmodel=[results,results/qwen3-8b,results/qwen3-14b]'
+# A folder that is not a finished run, or does not verify, stops the job, naming it; the view's own
+# folder (`results/crossmodel`, inside the default run) is left out of that run's verification.
 
 
 rule crossmodel:

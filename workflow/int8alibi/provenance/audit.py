@@ -2,8 +2,13 @@
 
 ``verify`` re-hashes every file each manifest names, checks each manifest's own digest, the
 upstream manifests it recorded (the chain), undeclared files in its stage folder and the protocol
-it recorded, and prints the run's root digest; ``diff`` compares two runs field by field, per stage, and says which
-recorded causes (params, inputs, protocol, code, environment) accompany a change in outputs.
+it recorded, and prints the run's root digest; ``diff`` compares two runs field by field, per stage,
+and leads with a summary that names, per stage, the recorded causes (config keys, params, protocol
+files it reads, its own code, libraries, inputs) that accompany a change in outputs.
+
+Both read the folder the reviewer names as the folder it is (``os.path.realpath``), so a relative
+path, an absolute one and one through a symbolic link give the same answer; stages of another run
+kept inside the folder (``results/<name>``: ``chain.nested_runs``) are that run's, not this one's.
 """
 
 from __future__ import annotations
@@ -12,17 +17,17 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import protocol
+from .. import protocol, strict_yaml
 from ..protocol.chain import read_amendments
 from ..errors import Int8AlibiError, ManifestError
 from ..printable import json_text, printable
-from .chain import check_record, missing_links, root_digest, upstream_links
-from .hashing import canonical_json, listing_digest, sha256_file, tree_hashes
+from .chain import RUN_STATE, check_record, missing_links, nested_runs, root_digest, upstream_links
+from .hashing import canonical_json, listing_digest, open_regular, sha256_bytes, sha256_file, tree_hashes
 from .manifest_format import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
                               resolve_recorded)
 from .parquet import content_digest, read_arrow
@@ -31,9 +36,14 @@ from .transaction import SUFFIX as SNAPSHOT_SUFFIX
 ERROR, NOTICE = "error", "notice"
 ABSENT = "(absent)"
 RESULTS = "<results>"
-SECTIONS = ("outputs", "inputs", "upstream", "params", "protocol", "code", "environment", "arms", "exploratory",
-            "extra", "stage", "stage_dir", "format")
-CAUSES = ("inputs", "upstream", "params", "protocol", "code", "environment", "arms", "exploratory", "extra")
+RUN_CONFIG = "run_config"  # diff's section for the keys of the run config a stage read (not a manifest key)
+SECTIONS = ("outputs", "inputs", RUN_CONFIG, "upstream", "params", "protocol", "code", "environment", "arms",
+            "exploratory", "extra", "stage", "stage_dir", "format")
+SHOWN_CAUSES = 8  # the summary names this many causes of a stage, then counts the rest
+# The summary names causes in this order of their first words: what a person changed (config, params,
+# protocol, code, libraries) before what follows from it (inputs, upstream manifests).
+CAUSE_ORDER = ("config key", "run config", "param", "protocol", "pinned data", "its code", "library", "environment",
+               "arms", "exploratory", "extra", "input", "upstream")
 
 
 @dataclass(frozen=True)
@@ -68,22 +78,53 @@ def _show(value: Any) -> str:
     return value if value == ABSENT else canonical_json(value)
 
 
-def find_manifests(path: Path) -> list[Path]:
-    """``path`` itself if it is a manifest, else every manifest.json below it, in path order (not those
-    inside a killed run's snapshot of its previous outputs: ``leftover_snapshots`` reports those)."""
+def _real(path: str | os.PathLike[str]) -> Path:
+    """The file or folder itself, however it was spelled (relative, with '..', through a link)."""
+    return Path(os.path.realpath(path))
+
+
+def _walk(base: Path, skip: Collection[Path]) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """``os.walk`` of ``base`` in name order, not following links and not entering ``skip``."""
+    for dirpath, dirs, files in os.walk(base):
+        here = Path(dirpath)
+        dirs[:] = sorted(d for d in dirs if here / d not in skip)
+        yield here, dirs, sorted(files)
+
+
+def _skipped(base: Path, exclude: Iterable[str | os.PathLike[str]]) -> frozenset[Path]:
+    """Folders below ``base`` that are not its run's: other runs nested in it, and ``exclude``."""
+    return frozenset({*(_real(p) for p in nested_runs(base)), *(_real(p) for p in exclude)})
+
+
+def _manifests_below(base: Path, skip: Collection[Path]) -> list[Path]:
+    """Every manifest.json in the folder ``base``, not in a snapshot nor below a folder in ``skip``."""
+    out = []
+    for here, dirs, files in _walk(base, skip):
+        dirs[:] = [d for d in dirs if not d.endswith(SNAPSHOT_SUFFIX)]
+        if MANIFEST_NAME in files or MANIFEST_NAME in dirs:
+            out.append(here / MANIFEST_NAME)
+    return sorted(out)
+
+
+def find_manifests(path: Path, exclude: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """``path`` itself if it is a manifest, else every manifest.json below it, in path order: not those
+    inside a killed run's snapshot of its previous outputs (``leftover_snapshots`` reports those), of
+    another run nested in the folder (``chain.nested_runs``), or below a folder in ``exclude`` (the
+    stage folder of the stage that asks, while it runs)."""
+    path = _real(path)
     if path.is_file():
         return [path]
-    return sorted(m for m in path.rglob(MANIFEST_NAME)
-                  if not any(part.endswith(SNAPSHOT_SUFFIX) for part in m.relative_to(path).parts[:-1]))
+    return _manifests_below(path, _skipped(path, exclude))
 
 
-def leftover_snapshots(base: Path) -> list[Finding]:
+def leftover_snapshots(base: Path, skip: Collection[Path] = frozenset()) -> list[Finding]:
     """Snapshots of a stage folder's previous outputs that a killed run left (``provenance.transaction``)."""
     if not base.is_dir():
         return []
-    return [Finding(ERROR, snap.as_posix(), "results folder", "the previous outputs of a stage folder, set aside by a "
-                    "run of that stage that was killed; run the stage again (it puts them back first)")
-            for snap in sorted(base.rglob(f"*{SNAPSHOT_SUFFIX}")) if snap.is_dir() and not snap.is_symlink()]
+    return [Finding(ERROR, (here / d).as_posix(), "results folder", "the previous outputs of a stage folder, set "
+                    "aside by a run of that stage that was killed; run the stage again (it puts them back first)")
+            for here, dirs, _ in _walk(base, skip) for d in dirs
+            if d.endswith(SNAPSHOT_SUFFIX) and not (here / d).is_symlink()]
 
 
 # ----------------------------------------------------------------------------- verify
@@ -110,10 +151,10 @@ def _check_file(rec: Mapping[str, Any], path: Path) -> list[str]:
 def _stray(path: Path, located: Mapping[str, list[tuple[dict[str, Any], Path]]]) -> list[str]:
     """Files in the stage folder that the manifest does not declare, symbolic links, and outputs
     recorded outside the folder. A sub-folder with its own manifest is another stage (a shard)."""
-    folder = path.absolute().parent
+    folder = Path(os.path.abspath(path)).parent
     reasons = [f"output {rec['path']} is recorded outside the stage folder {folder}"
                for rec, where in located["outputs"] if folder not in where.parents]
-    declared = {path.absolute()}
+    declared = {Path(os.path.abspath(path))}
     for rec, where in located["outputs"] + located["inputs"]:
         declared.add(where)
         declared.update(where / rel for rel in rec.get("files", {}) if rec.get("kind") == "dir")
@@ -133,24 +174,20 @@ def _stray(path: Path, located: Mapping[str, list[tuple[dict[str, Any], Path]]])
     return reasons
 
 
-def links_outside_stage_folders(base: Path) -> list[Finding]:
+def links_outside_stage_folders(base: Path, skip: Collection[Path] = frozenset()) -> list[Finding]:
     """Symbolic links in the results folder outside any stage folder (inside one, ``_stray`` reports
     them): a stage folder replaced by a link to a copy elsewhere would otherwise go unverified, since
-    manifests are found without following links."""
-    if base.is_symlink():
-        return [Finding(ERROR, base.as_posix(), "results", f"a symbolic link (to {os.readlink(base)}); "
-                        "verify the folder it points to, not the link")]
+    manifests are found without following links. The folder named itself is followed (``_real``)."""
     if not base.is_dir() or (base / MANIFEST_NAME).exists():
         return []
     out = []
-    for dirpath, dirs, files in os.walk(base):
-        here = Path(dirpath)
+    for here, dirs, files in _walk(base, skip):
         for name in sorted(dirs + files):
             if (here / name).is_symlink():
                 out.append(Finding(ERROR, (here / name).as_posix(), "results folder",
                                    f"a symbolic link (to {os.readlink(here / name)}): a stage folder or file "
                                    "replaced by a link is not part of the run; a run holds plain folders and files"))
-        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink() and not (here / d / MANIFEST_NAME).exists())
+        dirs[:] = [d for d in dirs if not (here / d).is_symlink() and not (here / d / MANIFEST_NAME).exists()]
     return out
 
 
@@ -294,21 +331,25 @@ def _verify_manifest(path: Path, manifest: Mapping[str, Any], project_root: Path
     return out
 
 
-def verify(results_dir: str | Path, project_root: str | Path | None = None) -> list[Finding]:
-    """Every problem with every manifest under ``results_dir`` (empty list: everything verifies).
-
-    The project root (for inputs and protocol files) is inferred from each manifest's location
-    unless given. The amendment chain is checked once per project root with
-    ``int8alibi.protocol.gate``; when that module is missing the findings say so.
-    """
-    base = Path(results_dir)
-    given_root = Path(project_root) if project_root is not None else None
+def audit_run(results_dir: str | os.PathLike[str], project_root: str | os.PathLike[str] | None = None,
+              exclude: Iterable[str | os.PathLike[str]] = ()) -> tuple[list[Finding], list[Path], str | None]:
+    """``verify``'s findings, the manifests it verified and the run's root digest over them (None while
+    any finding is an error). ``exclude``: folders below ``results_dir`` that are not verified (the
+    crossmodel view leaves out its own folder while it writes it); runs nested in the folder are
+    left out with a notice each."""
+    base = _real(results_dir)
+    given_root = _real(project_root) if project_root is not None else None
     if not base.exists():
-        return [Finding(ERROR, str(base), "results", "does not exist")]
-    manifests = find_manifests(base)
-    findings: list[Finding] = links_outside_stage_folders(base) + leftover_snapshots(base)
+        return [Finding(ERROR, base.as_posix(), "results", "does not exist")], [], None
+    nested = nested_runs(base)
+    skip = frozenset({*nested, *(_real(p) for p in exclude)})
+    manifests = [base] if base.is_file() else _manifests_below(base, skip)
+    findings: list[Finding] = links_outside_stage_folders(base, skip) + leftover_snapshots(base, skip)
+    findings += [Finding(NOTICE, run.as_posix(), "results folder", "another run's results folder (it holds .run/ "
+                         "or stage folders of its own): not part of this run nor of its root digest; verify it "
+                         "on its own") for run in nested]
     if not manifests:
-        return [*findings, Finding(ERROR, str(base), "results", f"no {MANIFEST_NAME} found")]
+        return [*findings, Finding(ERROR, base.as_posix(), "results", f"no {MANIFEST_NAME} found")], [], None
     states: dict[Path, _ProtocolState] = {}
     for path in manifests:
         try:
@@ -325,7 +366,18 @@ def verify(results_dir: str | Path, project_root: str | Path | None = None) -> l
             findings.append(Finding(ERROR, path.as_posix(), "manifest", str(exc)))
     for state in states.values():
         findings.extend(state.chain)
-    return findings
+    clean = not any(f.level == ERROR for f in findings)
+    return findings, manifests, root_digest(manifests, base if base.is_dir() else base.parent) if clean else None
+
+
+def verify(results_dir: str | os.PathLike[str], project_root: str | os.PathLike[str] | None = None) -> list[Finding]:
+    """Every problem with every manifest of the run in ``results_dir`` (empty list: everything verifies).
+
+    The project root (for inputs and protocol files) is inferred from each manifest's location
+    unless given. The amendment chain is checked once per project root with
+    ``int8alibi.protocol.gate``; when that module is missing the findings say so.
+    """
+    return audit_run(results_dir, project_root)[0]
 
 
 def verify_main(argv: list[str] | None = None) -> int:
@@ -336,7 +388,8 @@ def verify_main(argv: list[str] | None = None) -> int:
                     "manifest's digest, its upstream manifests, undeclared files, the protocol files it "
                     "pinned and the amendment chain; print the run's root digest.")
     parser.add_argument("results", nargs="?", default="results", type=Path,
-                        help="a results folder, a stage folder or one manifest.json (default: results)")
+                        help="a results folder, a stage folder or one manifest.json (default: results); runs "
+                             "kept in sub-folders of it (results/<name>) are verified on their own")
     parser.add_argument("--project-root", type=Path, default=None,
                         help="project checkout holding preregistration/ (default: inferred per manifest)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
@@ -347,13 +400,10 @@ def verify_main(argv: list[str] | None = None) -> int:
         print(printable(f"int8alibi verify: --project-root {args.project_root}: not a folder (the project "
                         "checkout holding preregistration/)"), file=sys.stderr)
         return 1
-    findings = verify(args.results, args.project_root)
-    manifests = find_manifests(args.results) if args.results.exists() else []
-    base = args.results if args.results.is_dir() else args.results.parent
-    clean = manifests and not any(f.level == ERROR for f in findings)
-    root = root_digest(manifests, base) if clean else None
+    findings, manifests, root = audit_run(args.results, args.project_root)
     if args.expect_root is not None and root != args.expect_root.strip().lower():
-        findings.append(Finding(ERROR, base.as_posix(), "root digest",
+        real = _real(args.results)
+        findings.append(Finding(ERROR, (real if real.is_dir() else real.parent).as_posix(), "root digest",
                                 f"{root or 'none (the run does not verify)'} is not the expected "
                                 f"{args.expect_root}"))
     errors = sum(f.level == ERROR for f in findings)
@@ -448,6 +498,41 @@ def _rehashed(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_run_config(where: Path, sha256: str) -> Any:
+    """The run config at ``where``, parsed, when it is the file recorded with ``sha256``; else a
+    ``ManifestError`` whose words do not depend on where the run lies (so two runs compare)."""
+    try:
+        with open_regular(where, ManifestError) as handle:
+            data = handle.read(strict_yaml.MAX_BYTES + 1)
+    except (ManifestError, OSError) as exc:
+        raise ManifestError("missing or not a regular file") from exc
+    if sha256_bytes(data) != sha256:
+        raise ManifestError("not the file the stage read: changed after it ran (run int8alibi verify)")
+    try:
+        return strict_yaml.parse(data.decode("utf-8"), where.as_posix(), ManifestError)
+    except (ManifestError, UnicodeDecodeError) as exc:
+        raise ManifestError("not readable as strict YAML") from exc
+
+
+def _with_run_config(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest with the run config its stage read in place of that input's record: section
+    ``run_config`` holds the file's keys, so ``diff`` names the config keys that changed rather than a
+    ``.run/<digest>/config.yaml`` of another name; a file that is no longer the one the stage read,
+    or cannot be read, is its recorded digest and why."""
+    out = dict(manifest)
+    records = [r for r in manifest["inputs"] if PurePosixPath(r["path"]).parts[-3:-2] == (RUN_STATE,)
+               and PurePosixPath(r["path"]).name == "config.yaml"]
+    if len(records) != 1 or ".." in PurePosixPath(records[0]["path"]).parts:
+        return out
+    rec = records[0]
+    out["inputs"] = [r for r in manifest["inputs"] if r is not rec]
+    try:
+        out[RUN_CONFIG] = _read_run_config(resolve_recorded(rec["path"], path, manifest["stage_dir"]), rec["sha256"])
+    except ManifestError as exc:
+        out[RUN_CONFIG] = f"(recorded sha256 {rec['sha256']}; its keys are unknown: {exc})"
+    return out
+
+
 def _fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     manifest = _portable(manifest)
@@ -468,6 +553,9 @@ def _order(field: str) -> tuple[int, str]:
 
 
 def _load_run(run: Path, rehash: bool) -> dict[str, dict[str, Any]]:
+    """Stage -> its manifest as diff compares it (re-hashed outputs, the run config's keys), for the run
+    in ``run`` (its own stages: not those of a run nested in its folder)."""
+    run = _real(run)
     if not run.exists():
         raise ManifestError(f"{run}: does not exist")
     by_stage: dict[str, dict[str, Any]] = {}
@@ -478,19 +566,15 @@ def _load_run(run: Path, rehash: bool) -> dict[str, dict[str, Any]]:
             key = f"{key} {path.parent.relative_to(run).as_posix()}"
         if key in by_stage:
             raise ManifestError(f"{path}: a second manifest for stage {manifest['stage']!r} in {run}")
-        by_stage[key] = _rehashed(path, manifest) if rehash else manifest
+        by_stage[key] = _with_run_config(path, _rehashed(path, manifest) if rehash else manifest)
     if not by_stage:
         raise ManifestError(f"{run}: no {MANIFEST_NAME} found")
     return by_stage
 
 
-def diff(run_a: str | Path, run_b: str | Path, *, rehash: bool = True) -> list[Difference]:
-    """Every field that differs between two runs, per stage, in a stable order.
-
-    With ``rehash`` (the default) every output file is re-hashed, so a changed byte
-    shows even where a manifest was rewritten to match; without it only recorded digests are
-    compared. Timestamps and the manifests' own digests are not compared.
-    """
+def _compare(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str],
+             rehash: bool) -> tuple[list[Difference], int]:
+    """The differences and the number of stages the two runs hold together."""
     a, b = _load_run(Path(run_a), rehash), _load_run(Path(run_b), rehash)
     out: list[Difference] = []
     for stage in sorted(set(a) | set(b)):
@@ -503,45 +587,153 @@ def diff(run_a: str | Path, run_b: str | Path, *, rehash: bool = True) -> list[D
             va, vb = fa.get(field, ABSENT), fb.get(field, ABSENT)
             if canonical_json(va) != canonical_json(vb):
                 out.append(Difference(stage, field, va, vb))
-    return out
+    return out, len(set(a) | set(b))
 
 
-def explain(differences: list[Difference]) -> dict[str, str]:
-    """Per stage, why its outputs differ as far as the manifests can tell."""
+def diff(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *, rehash: bool = True) -> list[Difference]:
+    """Every field that differs between two runs, per stage, in a stable order.
+
+    With ``rehash`` (the default) every output file is re-hashed, so a changed byte
+    shows even where a manifest was rewritten to match; without it only recorded digests are
+    compared. Timestamps and the manifests' own digests are not compared. The run config a stage
+    read is compared key by key (section ``run_config``).
+    """
+    return _compare(run_a, run_b, rehash)[0]
+
+
+@dataclass(frozen=True)
+class StageChange:
+    """One stage's differences in words: what its outputs did (``differ``, ``identical``, ``stale``: a
+    file changed after its stage ran, or ``one run only``), the recorded differences that can change
+    them (``causes``), those that cannot (``other``: the git commit, the amendment's id, a protocol
+    file the stage does not read, package code outside the stage's own modules), and ``why``."""
+
+    stage: str
+    outputs: str
+    causes: tuple[str, ...]
+    other: tuple[str, ...]
+    why: str
+
+
+def _record_name(rest: str) -> str:
+    """The record a field like ``[<results>/x/y.parquet].sha256`` belongs to."""
+    return rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.removeprefix(".").split(".", 1)[0]
+
+
+def _reads(stage: str, rel: str) -> bool:
+    """Whether ``stage`` reads protocol file ``rel`` (``protocol.STAGE_FILES``; unknown: it counts)."""
+    reads = _stage_reads(protocol, stage, "preregistration")
+    return reads is None or _strip_root(rel, "preregistration") in reads
+
+
+def _cause(stage: str, d: Difference) -> tuple[bool, str] | None:
+    """(whether it can change the stage's outputs, the difference in words); None for an output, and
+    for a section empty in one run (the other run's entries are fields of their own)."""
+    section = _section(d.field)
+    rest = d.field[len(section):]
+    plain = rest.removeprefix(".")
+    if section == "outputs" or not rest and ABSENT in (d.a, d.b) and ({} in (d.a, d.b) or [] in (d.a, d.b)):
+        return None
+    if section == "inputs":
+        return True, f"input {_record_name(rest)}"
+    if section == "upstream":
+        folder = _record_name(rest).removeprefix(f"{RESULTS}/").removesuffix(f"/{MANIFEST_NAME}")
+        return True, f"upstream stage {folder}"
+    if section == RUN_CONFIG:
+        return True, f"config key {plain}" if plain else "run config"
+    if section == "params":
+        return True, f"param {plain}"
+    if section == "protocol":
+        if rest.startswith(".pins.files"):
+            rel = _record_name(rest.removeprefix(".pins.files"))
+            return (True, f"protocol file {rel}") if _reads(stage, rel) else (
+                False, f"protocol file {rel} (not read by this stage)")
+        if rest == ".pins.amendment":
+            return False, f"amendment {d.a} -> {d.b}"
+        if rest.startswith(".pins.history"):
+            return False, "amendment history"
+        if rest.startswith(".pins.data"):
+            return True, f"pinned data {_record_name(rest.removeprefix('.pins.data'))}"
+        return True, f"protocol {plain}"
+    if section == "code":
+        words = {".stage_digest": "its code (the stage's code digest)", ".package_digest": "package code outside "
+                 "its modules", ".git.commit": "git commit", ".git.dirty": "uncommitted changes"}
+        return rest == ".stage_digest", words.get(rest, f"code {plain}")
+    if section == "environment":
+        if rest.startswith((".libraries.", ".libraries[")):
+            return True, f"library {_record_name(rest.removeprefix('.libraries'))} {d.a} -> {d.b}"
+        return True, f"environment {plain}"
+    if section in ("arms", "exploratory", "extra"):
+        return True, {"arms": "arms", "exploratory": "exploratory flag", "extra": "extra"}[section]
+    return False, f"{section}{rest}"
+
+
+def _listed(items: Iterable[str]) -> str:
+    """The first ``SHOWN_CAUSES`` items and a count of the rest: one summary line per stage stays short."""
+    shown = list(items)
+    more = len(shown) - SHOWN_CAUSES
+    return ", ".join(shown[:SHOWN_CAUSES]) + (f" and {more} more" if more > 0 else "")
+
+
+def _change(stage: str, diffs: list[Difference]) -> StageChange:
+    """``changes`` for one stage's differences (a stale output file is named first: judge it with verify)."""
+    if diffs[0].field == "manifest":
+        return StageChange(stage, "one run only", (), (), "the stage ran in only one of the two runs")
+    causes: dict[str, None] = {}
+    other: dict[str, None] = {}
+    for d in diffs:
+        found = _cause(stage.split(" ", 1)[0], d)
+        if found is not None:
+            (causes if found[0] else other)[found[1]] = None
+    causes = dict.fromkeys(sorted(causes, key=_rank))
+    outputs = [d for d in diffs if _section(d.field) == "outputs"]
+    stale = [d.field.rsplit(".", 1)[0] for d in diffs if d.field.endswith(".changed_since_recorded")]
+    aside = f" (also differ, not causes: {_listed(other)})" if other else ""
+    if stale:
+        state, why = "stale", (f"{', '.join(stale)}: no longer what its manifest recorded in one run (the file "
+                               "changed after the stage ran; run verify on that run)")
+    elif not outputs and not causes:
+        state, why = "identical", f"outputs identical; differences only in {_listed(other)}, which cannot change them"
+    elif not outputs:
+        state, why = "identical", f"outputs identical despite differences in {_listed(causes)}{aside}"
+    elif causes:
+        state, why = "differ", f"outputs differ; causes: {_listed(causes)}{aside}"
+    elif all(d.field.endswith((".parquet].sha256", ".parquet].bytes")) for d in outputs):
+        state, why = "differ", ("outputs differ in file bytes only (table content identical) with identical "
+                                f"inputs, params, protocol, code and environment: the files were re-encoded{aside}")
+    else:
+        state, why = "differ", ("outputs differ with identical inputs, params, protocol, code and environment: "
+                                f"the stage is not deterministic, or an output changed after the run (run verify)"
+                                f"{aside}")
+    return StageChange(stage, state, tuple(causes), tuple(other), why)
+
+
+def _rank(words: str) -> int:
+    return next((i for i, start in enumerate(CAUSE_ORDER) if words.startswith(start)), len(CAUSE_ORDER))
+
+
+def changes(differences: list[Difference]) -> dict[str, StageChange]:
+    """Per differing stage, in stage order, what changed and why as far as the manifests can tell:
+    code counts as a cause only where the stage's own code digest differs (not the git commit, which
+    an amendment's commit moves), a protocol file only where the stage reads it."""
     by_stage: dict[str, list[Difference]] = {}
     for d in differences:
         by_stage.setdefault(d.stage, []).append(d)
-    out: dict[str, str] = {}
-    for stage, diffs in by_stage.items():
-        if diffs[0].field == "manifest":
-            out[stage] = "the stage ran in only one of the two runs"
-            continue
-        sections = {_section(d.field) for d in diffs}
-        causes = [c for c in CAUSES if c in sections]
-        outputs = [d for d in diffs if _section(d.field) == "outputs"]
-        stale = [d.field.rsplit(".", 1)[0] for d in diffs if d.field.endswith(".changed_since_recorded")]
-        if stale:
-            out[stage] = (f"{', '.join(stale)}: no longer what its manifest recorded in one run (the file "
-                          "changed after the stage ran; run verify on that run)")
-        elif not outputs:
-            out[stage] = f"outputs identical despite differences in {', '.join(causes)}"
-        elif causes:
-            out[stage] = f"outputs differ; recorded causes: {', '.join(causes)}"
-        elif all(d.field.endswith((".parquet].sha256", ".parquet].bytes")) for d in outputs):
-            out[stage] = ("outputs differ in file bytes only (table content identical) with identical "
-                          "inputs, params, protocol, code and environment: the files were re-encoded")
-        else:
-            out[stage] = ("outputs differ with identical inputs, params, protocol, code and environment: "
-                          "the stage is not deterministic, or an output changed after the run (run verify)")
-    return out
+    return {stage: _change(stage, diffs) for stage, diffs in by_stage.items()}
+
+
+def explain(differences: list[Difference]) -> dict[str, str]:
+    """Per stage, why its outputs differ as far as the manifests can tell (``changes``' words)."""
+    return {stage: change.why for stage, change in changes(differences).items()}
 
 
 def diff_main(argv: list[str] | None = None) -> int:
     """``int8alibi diff A B``: 0 when the runs agree, 1 when they differ, 2 when one cannot be read."""
     parser = argparse.ArgumentParser(
         prog="int8alibi diff",
-        description="Say which outputs, inputs, params, protocol pins, code and environment fields differ "
-                    "between two runs (results folders, stage folders or manifest files), per stage.")
+        description="Say which stages differ between two runs (results folders, stage folders or manifest "
+                    "files) and why, in a summary first, then which outputs, inputs, run config keys, params, "
+                    "protocol pins, code and environment fields differ, per stage.")
     parser.add_argument("run_a", type=Path)
     parser.add_argument("run_b", type=Path)
     parser.add_argument("--json", action="store_true", help="print the differences as JSON")
@@ -553,26 +745,29 @@ def diff_main(argv: list[str] | None = None) -> int:
     basis = ("files re-hashed" if rehash else
              "recorded digests only: files NOT re-hashed (drop --recorded-only to re-hash)")
     try:
-        differences = diff(args.run_a, args.run_b, rehash=rehash)
+        differences, stages = _compare(args.run_a, args.run_b, rehash)
     except Int8AlibiError as exc:
         print(printable(f"int8alibi diff: {exc}"), file=sys.stderr)
         return 2
-    why = explain(differences)
+    summary = changes(differences)
     if args.json:
-        report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(), "rehashed": rehash,
-                  "differences": [asdict(d) for d in differences], "why": why}
+        report = {"a": args.run_a.as_posix(), "b": args.run_b.as_posix(), "rehashed": rehash, "stages": stages,
+                  "differences": [asdict(d) for d in differences],
+                  "summary": {s: {"outputs": c.outputs, "causes": list(c.causes), "other": list(c.other)}
+                              for s, c in summary.items()},
+                  "why": {s: c.why for s, c in summary.items()}}
         print(json_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False)))
-    else:
-        stage = None
-        for d in differences:
-            if d.stage != stage:
-                if stage is not None:
-                    print(f"  why: {why[stage]}")
-                stage = d.stage
-                print(f"stage {stage} ({basis})")
-            print(f"  {d.text()}")
-        if stage is not None:
-            print(f"  why: {why[stage]}")
-        print(f"{len(differences)} difference(s) in {len(why)} stage(s) between {args.run_a} and {args.run_b} "
-              f"({basis})")
+        return 1 if differences else 0
+    print(printable(f"{len(summary)} of {stages} stage(s) differ between {args.run_a} and {args.run_b} ({basis})"
+                    + (":" if summary else "")))
+    for change in summary.values():
+        print(printable(f"  {change.stage}: {change.why}"))
+    stage = None
+    for d in differences:
+        if d.stage != stage:
+            stage = d.stage
+            print(printable(f"stage {stage} ({basis})"))
+        print(f"  {d.text()}")
+    print(printable(f"{len(differences)} difference(s) in {len(summary)} stage(s) between {args.run_a} and "
+                    f"{args.run_b} ({basis})"))
     return 1 if differences else 0

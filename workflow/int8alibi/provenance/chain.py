@@ -16,8 +16,10 @@ from typing import Any
 from ..errors import Int8AlibiError, ManifestError
 from .hashing import listing_digest, sha256_file, tree_hashes
 from .manifest_format import MANIFEST_NAME, load_manifest, manifest_digest, resolve_recorded
+from .transaction import SUFFIX as SNAPSHOT_SUFFIX
 
 PROJECT_MARKER = "preregistration"  # a folder holding it is a project root: the search stops there
+RUN_STATE = ".run"  # every run's results folder holds one from its planning on (``config.run_config_path``)
 
 # Stages the pipeline always feeds from another stage of the same run: where that stage's folder is
 # present beside them, their manifest must record it upstream (an emptied ``upstream`` list whose
@@ -219,12 +221,42 @@ def upstream_of(inputs: Iterable[tuple[Path, Mapping[str, Any]]], own_dir: Path,
     return [links[k] for k in sorted(links)]
 
 
+def _named_stage_folder(folder: Path) -> bool:
+    """A stage folder as a run lays them out: ``<stage>/manifest.json`` recording stage ``<stage>``."""
+    try:
+        return (folder / MANIFEST_NAME).is_file() and load_manifest(folder / MANIFEST_NAME)["stage"] == folder.name
+    except ManifestError:
+        return False
+
+
+def nested_runs(base: Path) -> list[Path]:
+    """Folders below the results folder ``base`` that are other runs' results folders (``results/<name>``,
+    the README's way to keep a second config's run): one holding ``.run/``, or, without a manifest of
+    its own, a stage folder named after its stage. Their stages are another run's, so ``base``'s
+    root digest, ``verify`` and ``diff`` leave them out (stage folders and snapshots are not searched)."""
+    if not base.is_dir() or (base / MANIFEST_NAME).exists():
+        return []
+    found = []
+    for dirpath, dirs, files in os.walk(base):
+        here = Path(dirpath)
+        if here != base and MANIFEST_NAME not in files and (
+                (here / RUN_STATE).is_dir() and not (here / RUN_STATE).is_symlink()
+                or any(_named_stage_folder(here / d) for d in sorted(dirs) if not (here / d).is_symlink())):
+            found.append(here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if d != RUN_STATE and not d.endswith(SNAPSHOT_SUFFIX)
+                         and not (here / d).is_symlink() and not (here / d / MANIFEST_NAME).exists())
+    return found
+
+
 def root_digest(manifests: Iterable[Path], base: Path) -> str:
     """The run's root digest: SHA-256 over every manifest's path below ``base`` and its recorded
     ``digest``, in path order (a run's stage folders sorted). Each manifest digest covers its
     outputs' bytes and its upstream manifests' digests, so this one value commits to every output
     of the run; timestamps are out of it, so a byte-identical rerun has the same root digest.
-    Meaningful only for a run that verifies."""
+    Meaningful only for a run that verifies; ``audit.find_manifests`` gives the run's own manifests
+    (not those of a run nested in its folder, ``nested_runs``)."""
     base = _abs(base)
     listing = {}
     for path in manifests:

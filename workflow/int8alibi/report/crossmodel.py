@@ -1,14 +1,18 @@
 """Several runs' results side by side, shaped like the papers' tables of three model sizes.
 
-Each run is a results folder written by one config (``--config results=results/<name>``). Every
-claim of preregistration/paper.yaml is measured in every run with the same code the report uses
+Each run is a results folder written by one config: the default run's ``results`` or a second
+config's ``results/<name>`` (``--config results=results/<name>``). Every claim of
+preregistration/paper.yaml is measured in every run with the same code the report uses
 (``report.claims``), so the one table shows each model's value beside the paper's and the others'.
 A run folder that is not a finished run (no report manifest) or does not verify (``int8alibi verify``)
-is refused, naming it; the manifest records each run's root digest.
+is refused, naming it; the manifest records each run's root digest. A run's own stages are verified
+(runs kept inside its folder are theirs), less the view's own folder while it is written, which may
+lie in one of the runs (``results/crossmodel`` in the default run).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,27 +56,28 @@ def check_run(folder: Path) -> Path:
     return config
 
 
-def verified_root(folder: Path) -> str:
+def verified_root(folder: Path, own: str | os.PathLike[str] | None = None) -> str:
     """The run folder's root digest, after ``provenance.audit.verify`` found nothing wrong in it (every
     output re-hashed, every manifest and chain link checked): a value edited in one run's table stops
-    the view instead of flowing into it."""
-    from ..provenance.audit import ERROR, find_manifests, verify
-    from ..provenance.chain import root_digest
+    the view instead of flowing into it. ``own``: the view's own folder, left out (it is being written)."""
+    from ..provenance.audit import ERROR, audit_run
 
-    problems = [f for f in verify(folder) if f.level == ERROR]
-    if problems:
+    findings, _, root = audit_run(folder, exclude=() if own is None else (own,))
+    problems = [f for f in findings if f.level == ERROR]
+    if problems or root is None:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(f"{folder}: does not verify: {problems[0].text()}{more}; run int8alibi verify {folder}")
-    return root_digest(find_manifests(folder), folder)
+        first = problems[0].text() if problems else "no root digest"
+        raise InputError(f"{folder}: does not verify: {first}{more}; run int8alibi verify {folder}")
+    return root
 
 
 def _label(folder: Path) -> str:
     return folder.name
 
 
-def gather(runs: Sequence[Path], protocol: Any) -> pd.DataFrame:
+def gather(runs: Sequence[Path], protocol: Any, own: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """One row per paper claim x run: this run's value, whether a structural claim holds, and the
-    SHA-256 of the table it came from."""
+    SHA-256 of the table it came from. ``own``: the view's folder, left out of each run's verification."""
     if len(runs) < 2:
         raise InputError(f"cross-model view: needs at least two run folders, got {len(runs)}")
     labels = [_label(Path(r)) for r in runs]
@@ -81,7 +86,7 @@ def gather(runs: Sequence[Path], protocol: Any) -> pd.DataFrame:
     records = []
     for folder in map(Path, runs):
         config = check_run(folder)
-        verified_root(folder)
+        verified_root(folder, own)
         cfg = load_config(config)
         tables = Tables(folder)
         model = run_model(cfg)

@@ -1,8 +1,9 @@
 """The cross-model view: several configs' finished results folders in one table (paper layout).
 
-``--param runs=results/a,results/b`` names the folders (each written by its own config with
-``--config results=results/<name>``). Writes models.parquet (claim x run), models.md, models.html
-and manifest.json.
+``--param runs=results,results/a`` names the folders (the default run's ``results``, and each other
+config's ``results/<name>``, written with ``--config results=results/<name>``). Writes models.parquet
+(claim x run), models.md, models.html and manifest.json; each run is verified without this stage's
+own folder, which the default run holds.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def run(cfg: Config, out_dir: Path, runs: str = "") -> None:
     if not folders:
         raise InputError("crossmodel: --param runs=<folder>,<folder>,... names no run folder")
     protocol = load(Path("preregistration"))
-    frame = gather(folders, protocol)
     out_dir = Path(out_dir)
+    frame = gather(folders, protocol, out_dir)
     table = write_table(frame, out_dir / "models.parquet", MODELS_SCHEMA, MODELS_KEY)
     doc = document.Document("int8-alibi: the papers' claims across models")
     source = document.Source(f"{out_dir.name}/models.parquet", sha256_file(table))
@@ -38,7 +39,7 @@ def run(cfg: Config, out_dir: Path, runs: str = "") -> None:
     write_bytes(out_dir / "models.md", md.encode())
     write_bytes(out_dir / "models.html", document.to_html(doc).encode())
     inputs = {f"{f.name}/report/manifest.json": f / "report" / "manifest.json" for f in folders}
-    roots = {f.name: verified_root(f) for f in folders}  # again: nothing changed while the view was built
+    roots = {f.name: verified_root(f, out_dir) for f in folders}  # again: nothing changed while it was built
     write_manifest(out_dir, stage="crossmodel", outputs=[table, out_dir / "models.md", out_dir / "models.html"],
                    inputs=inputs, params={"runs": [str(f) for f in folders]}, extra={"root_digests": roots})
     log.info("cross-model view of %d runs written", len(folders))

@@ -4,9 +4,11 @@ memory, and its floor (``int8alibi.planning.floors``) with the ratio seconds / f
 Seconds and peak host memory (``max_rss``) come from the benchmark files Snakemake writes for
 every job (``benchmarks/<name>/<stage>.tsv``, one file per job for generate and fault shards: their
 seconds are summed, their memory maximised); device memory from the line stages log at their end
-(``runtime.device_memory``). The parent's shape is read from the run's saved parent (its
-config.json), the size profile and device from the run config, the sizes from the protocol. Rates
-default to the H200 for a CUDA run and to a 2-core CPU otherwise; each can be given.
+(``runtime.device_memory``). A sub-folder of either named after no stage holds another run's
+files (``benchmarks/<name>`` of a run kept in ``results/<name>``): it is left out, and named. The
+parent's shape is read from the run's saved parent (its config.json), the size profile and device
+from the run config, the sizes from the protocol. Rates default to the H200 for a CUDA run and to a
+2-core CPU otherwise; each can be given.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from ...config import current_run_config, read_run_config
 from ...errors import InputError
 from ...planning.floors import RATES, Rates, Work, Workload, stage_work
+from ...planning.stage_needs import STAGES
 from ...model.size import ModelSize, model_size, read_hf_config
 from ...runtime.device_memory import peak_reserved_bytes
 
@@ -67,13 +70,28 @@ def stage_of(relative: Path) -> str:
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
 
 
+def other_runs(folder: Path) -> list[Path]:
+    """Sub-folders of a benchmarks or logs folder named after no stage (only generate/ and faults/ hold
+    one file per job): another run's, ``benchmarks/<name>`` of a run kept in ``results/<name>``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and p.name not in STAGES)
+
+
+def _own_files(folder: Path, pattern: str) -> list[Path]:
+    """The files matching ``pattern`` under ``folder`` that belong to this run's jobs (not ``other_runs``)."""
+    others = other_runs(folder)
+    return [f for f in sorted(Path(folder).rglob(pattern)) if not any(o in f.parents for o in others)]
+
+
 def read_benchmarks(folder: Path) -> dict[str, StageRun]:
-    """Stage -> ``StageRun`` from every ``*.tsv`` under ``folder``."""
+    """Stage -> ``StageRun`` from every ``*.tsv`` of this run's jobs under ``folder``."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no benchmarks folder (Snakemake writes one per run; see --benchmarks)")
     runs: dict[str, StageRun] = {}
-    for file in sorted(folder.rglob("*.tsv")):
+    for file in _own_files(folder, "*.tsv"):
         stage = stage_of(file.relative_to(folder))
         seconds, rss = _read_tsv(file)
         before = runs.get(stage, StageRun(0, 0.0, None))
@@ -89,7 +107,7 @@ def read_device_peaks(folder: Path) -> dict[str, int]:
     peaks: dict[str, int] = {}
     if not Path(folder).is_dir():
         return peaks
-    for file in sorted(Path(folder).rglob("*.log")):
+    for file in _own_files(folder, "*.log"):
         value = peak_reserved_bytes(file)
         if value is not None:
             stage = stage_of(file.relative_to(folder))
@@ -184,10 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     protocol = load(args.protocol)
     work = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, data["size_profile"])
     folder = [] if args.results.name == "results" else [args.results.name]
-    runs = read_benchmarks(args.benchmarks or Path("benchmarks", *folder))
-    peaks = read_device_peaks(args.logs or Path("logs", *folder))
+    benchmarks, logs = args.benchmarks or Path("benchmarks", *folder), args.logs or Path("logs", *folder)
+    runs = read_benchmarks(benchmarks)
+    peaks = read_device_peaks(logs)
     print(f"{args.results}: parent {size.params / 1e9:.3g} B parameters ({size.parent_bytes / 1e9:.2f} GB bf16, "
           f"checkpoint {size.checkpoint_bytes / 1e9:.2f} GB), size profile {data['size_profile']}, device {device}; "
           "rates " + ", ".join(f"{k}={v:.3g}" for k, v in vars(rates).items()))
+    left_out = [p.as_posix() for p in (*other_runs(benchmarks), *other_runs(logs))]
+    if left_out:
+        print(f"left out: {', '.join(left_out)} (named after no stage: another run's, kept in results/<name>; "
+              "run bench dag on that run)")
     print(format_rows(dag_rows(runs, peaks, size, work, rates), size))
     return 0
