@@ -27,6 +27,22 @@ from int8alibi.stages import requant  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def user_config(**overrides: object) -> dict:
+    """The embedded default config as a user's file holds it, with ``overrides`` set."""
+    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty checkout folder, made the working directory (results folders resolve inside it)."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
 @pytest.fixture(scope="module")
 def tiny_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, list[str]], tuple[Path, Config]]:
     """Build (config file, config) for the tiny model with ``arms``, after running model and requant."""

@@ -9,27 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from int8alibi.config import (RESOLVED, check_bounded, command_line_booleans, config_key, current_run_config,
                               earlier_plan, results_dir, run_config_path, validate, write_run_config)
 from int8alibi.errors import InputError
 
-PROJECT = Path(__file__).resolve().parents[1]
+from .conftest import user_config
 
-
-def user_config(**overrides) -> dict:
-    data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    data.update(overrides)
-    return data
-
-
-@pytest.fixture
-def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
 
 
 @pytest.mark.parametrize("results", [

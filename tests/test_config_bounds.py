@@ -13,14 +13,6 @@ from int8alibi.config import _check, check_bounded, results_dir
 from int8alibi.errors import InputError
 
 
-@pytest.fixture
-def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
 def test_ten_thousand_values_pass_and_one_more_is_refused() -> None:
     check_bounded(["v"] * 9_999, "cfg")                      # the list itself and 9,999 strings
     with pytest.raises(InputError, match=r"^cfg: more than 10000 values"):

@@ -13,23 +13,10 @@ import yaml
 from int8alibi.arm_names import ARM_PATTERN, check_names
 from int8alibi.config import SCHEMA_PATH, results_dir, validate
 from int8alibi.errors import InputError
+
+from .conftest import user_config
 from int8alibi.planning.rerun import source_files
 
-PROJECT = Path(__file__).resolve().parents[1]
-
-
-def user_config(**overrides) -> dict:
-    data = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    data.update(overrides)
-    return data
-
-
-@pytest.fixture
-def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
 
 
 def other_checkout(folder: Path) -> Path:

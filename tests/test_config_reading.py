@@ -32,14 +32,6 @@ def _planned(data: dict, **resolved) -> dict:
     return {**data, RESOLVED: block}
 
 
-@pytest.fixture
-def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
 def test_overrides_set_the_leaf_and_keep_its_siblings() -> None:
     data = {"a": {"b": 1, "c": 2}, "d": 3}
     assert apply_overrides(data, ["a.b=5"]) == {"a": {"b": 5, "c": 2}, "d": 3}

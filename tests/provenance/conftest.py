@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import types
 from pathlib import Path
 
@@ -27,3 +28,11 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol_stub: type
     monkeypatch.chdir(root)
     build_run(root, seed=1)
     return root
+
+
+@pytest.fixture
+def copy(project: Path) -> Path:
+    """A copy of the project's run beside it (results-copy), for diff and verify to compare."""
+    target = project / "results-copy"
+    shutil.copytree(project / "results", target)
+    return target

@@ -165,13 +165,6 @@ def _forge(manifest_path: Path, edit) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
-@pytest.fixture
-def copy(project: Path) -> Path:
-    target = project / "results-copy"
-    shutil.copytree(project / "results", target)
-    return target
-
-
 def test_diff_lists_fields_section_by_section(project: Path, copy: Path) -> None:
     def edit(m: dict) -> None:
         m["params"]["extra_param"] = 1

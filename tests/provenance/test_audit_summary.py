@@ -24,13 +24,6 @@ def forge(manifest_path: Path, edit: Callable[[dict], None]) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
-@pytest.fixture
-def copy(project: Path) -> Path:
-    target = project / "results-copy"
-    shutil.copytree(project / "results", target)
-    return target
-
-
 def write_gamma(project: Path, results: str, config: str) -> Path:
     """Stage gamma of the run in ``results``, run under a run config holding ``config``."""
     folder = project / results

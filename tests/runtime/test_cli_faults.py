@@ -8,7 +8,6 @@ A bug is not the machine's refusal: it keeps its traceback.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import resource
 import subprocess
@@ -25,13 +24,10 @@ from int8alibi.errors import fault_line
 from int8alibi.provenance.atomic import write_bytes
 from int8alibi.runtime.runner import stage_main
 
+from .test_runner_transaction import config, tree
+
 ROOT = Path(__file__).resolve().parents[2]
 LONG = "/".join(["d" * 200] * 25)  # past PATH_MAX (4096): the OS refuses it before looking at any part
-
-
-def tree(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*"))}
 
 
 def previous(out: Path) -> dict[str, str]:
@@ -39,12 +35,6 @@ def previous(out: Path) -> dict[str, str]:
     (out / "table.parquet").write_bytes(b"good table")
     (out / "manifest.json").write_text('{"good": true}')
     return tree(out)
-
-
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text((ROOT / "config" / "config.yaml").read_text())
-    return path
 
 
 def writes_table(cfg: object, out_dir: Path) -> None:

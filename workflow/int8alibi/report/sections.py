@@ -10,7 +10,7 @@ empty table that could be read as "nothing found".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,24 @@ class Tables:
 
     results: Path
     claims: tuple[dict, ...] = ()   # paper.yaml's claims, for sections that quote a paper's value
+    # each table read and hashed once while its file stays the same: the claims alone ask for the same
+    # few tables ~90 times (pandas' copy-on-write keeps a caller's column edits out of the shared frame)
+    _read: dict[tuple[str, int, int], tuple[pd.DataFrame, Source]] = field(default_factory=dict, compare=False,
+                                                                           repr=False)
 
     def claim(self, claim_id: str) -> dict | None:
         return next((c for c in self.claims if c["id"] == claim_id), None)
 
     def get(self, rel: str) -> tuple[pd.DataFrame, Source] | None:
         path = self.results / rel
-        if not path.exists():
+        try:
+            st = path.stat()
+        except FileNotFoundError:
             return None
-        return read_table(path), Source(f"{self.results.name}/{rel}", sha256_file(path))
+        key = (rel, st.st_mtime_ns, st.st_size)
+        if key not in self._read:
+            self._read[key] = read_table(path), Source(f"{self.results.name}/{rel}", sha256_file(path))
+        return self._read[key]
 
 
 def _missing(rel: str) -> Paragraph:
