@@ -37,6 +37,7 @@ _SCHEMAS = {
     pins.TOKENS: "tokens.schema.yaml",
     pins.PAPER: "paper.schema.yaml",
     pins.KSWEEP: "ksweep.schema.yaml",
+    pins.BATCH: "batch.schema.yaml",
 }
 
 
@@ -53,6 +54,7 @@ class Protocol:
     tokens: Mapping[str, Any]
     paper: Mapping[str, Any]
     ksweep: Mapping[str, Any]
+    batch: Mapping[str, Any]
 
     def fault_info(self) -> dict[str, FaultInfo]:
         """Fault id -> the severities it runs (catalogue order) and whether it is a defect."""
@@ -266,6 +268,25 @@ def _verify_ksweep(k: Mapping[str, Any]) -> None:
                                 f"registration order of `pairs` ({registered}), found {list(order[fmt])}")
 
 
+def _verify_batch(b: Mapping[str, Any], analysis: Mapping[str, Any]) -> None:
+    profiles = analysis["size_profiles"]
+    for part in ("layer", "sequence"):
+        named = b[part]["ms"] if part == "layer" else b[part]["size_profiles"]
+        if set(named) != set(profiles):
+            raise ProtocolError(f"{pins.BATCH}: {part} sizes name profiles {sorted(named)}, not analysis.yaml's "
+                                f"{sorted(profiles)}")
+    for name, ms in b["layer"]["ms"].items():
+        rows = profiles[name]["prefill_tokens"]
+        if ms != sorted(ms) or ms[0] < 1 or ms[-1] > rows:
+            raise ProtocolError(f"{pins.BATCH}: layer.ms.{name} must ascend from at least 1 to at most the "
+                                f"profile's {rows} captured prefill rows, found {ms}")
+    for name, seq in b["sequence"]["size_profiles"].items():
+        needed = max(-(-seq["prompts"] // n) * n for n in seq["batch_sizes"])
+        if needed > len(analysis["prompts"]):
+            raise ProtocolError(f"{pins.BATCH}: sequence.size_profiles.{name} needs {needed} prompts to fill its "
+                                f"batches, but analysis.yaml pins {len(analysis['prompts'])}")
+
+
 def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     """Read, schema-validate and cross-check every protocol file under ``root`` (preregistration/)."""
     root = Path(root)
@@ -294,6 +315,7 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
     _verify_tokens(data[pins.TOKENS], data[pins.ANALYSIS], faults)
     _verify_paper(data[pins.PAPER])
     _verify_ksweep(data[pins.KSWEEP])
+    _verify_batch(data[pins.BATCH], data[pins.ANALYSIS])
     return Protocol(
         root=root,
         faults=faults,
@@ -304,4 +326,5 @@ def load(root: Path = Path(pins.PROTOCOL_DIR)) -> Protocol:
         tokens=data[pins.TOKENS],
         paper=data[pins.PAPER],
         ksweep=data[pins.KSWEEP],
+        batch=data[pins.BATCH],
     )

@@ -27,9 +27,11 @@ PREDICTIONS_CORRECTED = f"{PROTOCOL_DIR}/predictions-corrected.yaml"
 TOKENS = f"{PROTOCOL_DIR}/tokens.yaml"
 PAPER = f"{PROTOCOL_DIR}/paper.yaml"
 KSWEEP = f"{PROTOCOL_DIR}/ksweep.yaml"
+BATCH = f"{PROTOCOL_DIR}/batch.yaml"
 
 PROTOCOL_FILES: tuple[str, ...] = (
     ANALYSIS,
+    BATCH,
     CHECKS,
     FAULTS,
     KSWEEP,
@@ -66,9 +68,11 @@ STAGE_FILES: dict[str, list[str]] = {
     "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
     "report": [
         "analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml", "ksweep.yaml",
+        "batch.yaml",
     ],
     "crossmodel": ["predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
     "ksweep": ["ksweep.yaml"],
+    "batch": ["analysis.yaml", "batch.yaml"],
 }
 
 
