@@ -35,7 +35,7 @@ def test_declared_keys_and_roles_exist() -> None:
 def test_stages_that_sum_floats_on_the_host_are_pinned_to_one_thread_and_rule_threads_follow() -> None:
     from int8alibi.portable import FORWARD_THREADS
 
-    pinned = {"capture", "generate", "prefill_decode", "perplexity", "tokens", "prediction", "compare", "faults"}
+    pinned = {"capture", "generate", "prefill_decode", "perplexity", "tokens", "prediction", "compare", "faults", "batch"}
     assert {s for s, needs in STAGES.items() if needs.pinned} == pinned
     for stage, needs in STAGES.items():
         assert needs.threads == (FORWARD_THREADS if stage in pinned else needs.cpu_threads), stage

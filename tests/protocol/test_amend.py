@@ -10,22 +10,12 @@ from int8alibi.errors import ProtocolError
 from int8alibi.protocol import gate, load, pinned_data_digest, verify_data_pin
 from int8alibi.protocol.amend import amend, main
 from int8alibi.protocol.chain import read_amendments
+from int8alibi.protocol.pins import STAGE_FILES
 from int8alibi.protocol.schema import read_yaml
 
 from .conftest import commit_all
 
-ALL_READERS_OF_ANALYSIS = [
-    "protocol",
-    "capture",
-    "prediction",
-    "compare",
-    "faults",
-    "determinism",
-    "perplexity",
-    "prefill_decode",
-    "tokens",
-    "report",
-]
+ALL_READERS_OF_ANALYSIS = [stage for stage, files in STAGE_FILES.items() if "analysis.yaml" in files]
 
 
 def _sha(path: Path) -> str:
@@ -65,7 +55,7 @@ def test_amend_requires_every_stage_that_reads_a_changed_file(repo: Path) -> Non
     before = sorted(p.name for p in (repo / "amendments").iterdir())
     with pytest.raises(
         ProtocolError,
-        match=r"preregistration/analysis\.yaml: changed since amendments/A-\d{4}\.yaml, and stage 'capture' reads it",
+        match=r"preregistration/analysis\.yaml: changed since amendments/A-\d{4}\.yaml, and stage 'batch' reads it",
     ):
         amend(repo, "s", "r", ["protocol", "perplexity"], "pre-data")
     assert sorted(p.name for p in (repo / "amendments").iterdir()) == before

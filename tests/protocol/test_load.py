@@ -153,7 +153,7 @@ def test_stage_files_name_protocol_files_and_match_the_amendment_schema() -> Non
     schema = yaml.safe_load((SCHEMA_DIR / "amendment.schema.yaml").read_text())
     assert set(schema["properties"]["stages"]["items"]["enum"]) == set(STAGE_FILES)
     # the layer-level campaign reads all but the token analysis and the K sweep
-    assert set(STAGE_FILES["faults"]) == names - {"tokens.yaml", "ksweep.yaml"}
+    assert set(STAGE_FILES["faults"]) == names - {"tokens.yaml", "ksweep.yaml", "batch.yaml"}
 
 
 # --- malformed files: each error names the file and the reason --------------------------------

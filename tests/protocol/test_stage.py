@@ -13,6 +13,7 @@ from int8alibi.config import load_config
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol.amend import amend
 from int8alibi.protocol.schema import read_yaml
+from int8alibi.protocol.pins import STAGE_FILES
 from int8alibi.stages.protocol import run
 
 from .conftest import PROJECT, amendment_paths
@@ -67,8 +68,7 @@ def test_amended_file_and_data_pin_show_their_amendment(repo: Path, tmp_path: Pa
         repo,
         "Three smoke layers",
         "Cover one more projection.",
-        ["protocol", "capture", "prediction", "compare", "faults", "determinism", "prefill_decode", "perplexity",
-         "tokens", "report"],
+        [stage for stage, files in STAGE_FILES.items() if "analysis.yaml" in files],
         "pre-data",
         pins={"predictions": artifact},
     )

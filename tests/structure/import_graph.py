@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "provenance.environment", "provenance.manifest", "provenance.manifest_format", "provenance.chain",
         "provenance.audit")),
     ("domain", (  # the science: operands, kernels, quantization, models, faults, checks, the analysis, inputs
-        "campaign_budget", "kernels", "quant", "model", "inputs", "analysis", "faults", "tokens", "engines", "ksweep", "report",
+        "campaign_budget", "kernels", "quant", "model", "inputs", "analysis", "faults", "tokens", "engines", "ksweep", "batch",
+        "report",
         "planning")),
     ("tools", (  # what runs the domain: the stage runner, commands, benchmarks, the workflow's helpers
         "runtime", "cli", "tools", "kernels.validate_gpu", "protocol.amend", "planning.rerun",

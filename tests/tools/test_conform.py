@@ -66,6 +66,14 @@ def inf_scaled_mm(a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: 
     return y
 
 
+def m_dependent_scaled_mm(a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    """A faulty kernel that is not batch invariant: for M below 8 its epilogue takes the other scale order
+    (as a kernel that picks another tile configuration for small M might)."""
+    if a_q.shape[0] < 8:
+        return swapped_order_scaled_mm(a_q, w_q, s_a, s_w)
+    return reference_order(a_q, w_q, s_a, s_w)
+
+
 def input_writing_scaled_mm(a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
     """A faulty kernel: correct output, but it writes into the activation scales it was handed."""
     y = _scaled(a_q, w_q, s_a, s_w).to(torch.bfloat16)
@@ -263,3 +271,31 @@ def test_help_names_json_and_the_exit_status(capsys: pytest.CaptureFixture[str])
         main(["--help"])
     text = capsys.readouterr().out
     assert "--json" in text and "exit status: 0 when no applicable check fired, 1 when one did, 2" in text
+
+
+def test_the_batch_reading_names_an_arm_whose_epilogue_depends_on_m(order_file: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = conform(f"{__name__}:m_dependent_scaled_mm", order_file, tmp_path, "exact-cutlass-order",
+                      "--json", "--batch-ms", "1,2,8")
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    batch = pd.read_parquet(tmp_path / "conform_batch.parquet")
+    a, b = report["batch"]["arm A: exact-cutlass-order"], report["batch"][f"arm B: {__name__}:m_dependent_scaled_mm"]
+    assert a["batch_invariant"] is True and a["rows_differing"] == 0
+    # rows drawn into batches of 1 or 2 take the other order: row 0 (on bf16 midpoints) then differs
+    differ = batch[(batch["gemm"].str.startswith("arm B")) & (batch["rows_differing"] > 0)]
+    assert b["batch_invariant"] is False and set(differ["m"]) <= {1, 2} and b["first_m"] in (1, 2)
+    assert b["rows_differing"] == int(differ["rows_differing"].sum()) and b["max_ulp"] == 1
+    assert set(batch["m"]) == {1, 2, 8, 16}   # the down_proj layer has 8 rows: 8 is its own M there
+    assert f"batch: arm B: {__name__}:m_dependent_scaled_mm: NOT batch invariant" in captured.err
+    assert "batch: arm A: exact-cutlass-order: batch invariant: all" in captured.err
+    assert code == report["exit_status"]   # the batch reading never changes the exit status
+
+
+def test_the_batch_reading_refuses_sizes_that_do_not_fit(order_file: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    for bad, why in (("0,2", "every M must be at least 1"), ("x", "expected comma-separated integers"),
+                     ("16", "M=16 is larger than the 8 rows of layer model.layers.0.mlp.down_proj")):
+        code, _ = conform("exact-triton-order", order_file, tmp_path / bad, "exact-cutlass-order", "--batch-ms", bad)
+        assert code == 2 and why in capsys.readouterr().err
+        assert not (tmp_path / bad / "conform.parquet").exists()

@@ -66,6 +66,12 @@ def _per_row(t: torch.Tensor, limit: float) -> tuple[torch.Tensor, torch.Tensor]
     return q.clamp(-limit, limit), s
 
 
+def fp8_per_row(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``t [R, K]`` as e4m3 per row: (q, s) with s = absmax/448 (the sweep's FP8 rule)."""
+    q, s = _per_row(t, E4M3_MAX)
+    return q.to(FP8), s
+
+
 def quantize(d: Draw, k: int, fmt: str, device: torch.device | str) -> Quantized:
     """The first ``k`` columns of the draw in ``fmt`` (``int8`` or ``fp8``), on ``device``."""
     if not 1 <= k <= d.x.shape[1]:
@@ -77,7 +83,7 @@ def quantize(d: Draw, k: int, fmt: str, device: torch.device | str) -> Quantized
         qw, s_w = _per_row(w, INT8_MAX)
         return Quantized(torch.round(qx).to(torch.int8), torch.round(qw).to(torch.int8), s_a, s_w)
     if fmt == "fp8":
-        qx, s_a = _per_row(x, E4M3_MAX)
-        qw, s_w = _per_row(w, E4M3_MAX)
-        return Quantized(qx.to(FP8), qw.to(FP8), s_a, s_w)
+        qx, s_a = fp8_per_row(x)
+        qw, s_w = fp8_per_row(w)
+        return Quantized(qx, qw, s_a, s_w)
     raise InputError(f"ksweep operands: unknown format {fmt!r} (expected int8 or fp8)")

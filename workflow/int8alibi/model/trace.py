@@ -92,10 +92,12 @@ class _AttentionSteps(TorchFunctionMode):
 
 
 @contextmanager
-def traced(model: nn.Module, row: int, position: int) -> Iterator[list[Event]]:
+def traced(model: nn.Module, row: int, position: int, *, batch: int = 0,
+           key_offset: int = 0) -> Iterator[list[Event]]:
     """Record every intermediate of the forward passes run inside the block at sequence ``row``
-    (index in this pass's tokens) of the token at absolute ``position`` (for attention: its scores
-    over keys ``0..position``). Hooks are removed afterwards, also on failure."""
+    (index in this pass's tokens) of batch member ``batch``, the token at absolute ``position`` (for
+    attention: its scores over keys ``0..position``, which lie at ``key_offset`` onwards in the cache:
+    a left-padded member's pads come first). Hooks are removed afterwards, also on failure."""
     events: list[Event] = []
 
     def record(name: str, kind: str, out: Any, attention: bool = False) -> None:
@@ -104,10 +106,10 @@ def traced(model: nn.Module, row: int, position: int) -> Iterator[list[Event]]:
         rows = []
         for t in parts:
             if attention:  # [B, H, Tq, Tk] or [B, H, Tq, D]
-                r = t[0, :, row]
-                rows.append(r[..., : position + 1] if kind != "attention_output" else r)
+                r = t[batch, :, row]
+                rows.append(r[..., key_offset: key_offset + position + 1] if kind != "attention_output" else r)
             else:  # [B, T, ...]
-                rows.append(t[0, row])
+                rows.append(t[batch if t.shape[0] > 1 else 0, row])
         events.append(Event(name, kind, torch.stack(rows).detach().clone() if len(rows) > 1 else rows[0].detach().clone()))
 
     inside = [0]  # > 0 while a linear runs

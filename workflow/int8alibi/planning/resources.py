@@ -62,12 +62,12 @@ TOKENS_CONTROL_COPIES = 4  # arm A, arm B, arm A again, the injection's fault-fr
 BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH_ARMS)
 CAMPAIGN_REGIMES = 2  # a campaign cell per regime (faults.pipeline.REGIMES): cells_per_layer counts both
 PRIORITY = {"tokens": 2, "capture": 2, "prediction": 2, "compare": 2, "faults": 2, "faults_shard": 2,
-            "prefill_decode": 1, "perplexity": 1}
+            "prefill_decode": 1, "perplexity": 1, "batch": 1}
 RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
     "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
     "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
     "prediction": "prediction", "compare": "compare", "faults": "faults", "faults_shard": "faults",
-    "ksweep": "ksweep",
+    "ksweep": "ksweep", "batch": "batch",
 }
 
 
@@ -92,6 +92,7 @@ def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
         "capture": p + q + operand_bytes(size, load.prefill_tokens),
         "generate": p + q,
         "prefill_decode": p + q,
+        "batch": p + q + operand_bytes(size, load.prefill_tokens),
         "perplexity": p + q + window_logits,
         "tokens": p + q + KERNEL_ARMS * window_logits,
     }

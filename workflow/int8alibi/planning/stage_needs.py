@@ -69,6 +69,7 @@ STAGES: dict[str, StageNeeds] = {
     "perplexity": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
     "tokens": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
     "ksweep": StageNeeds(),
+    "batch": StageNeeds(_MODEL_RUN, forward=True),
     "report": StageNeeds(("model", "size_profile", "corpus", "arms", "device"), cpu_threads=1),
     "crossmodel": StageNeeds(cpu_threads=1),
 }

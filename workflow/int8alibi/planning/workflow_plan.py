@@ -29,7 +29,8 @@ from .rerun import shard_ranges, use_gpu
 SOURCE = "config (after --configfile/--config)"
 # Every stage the report reads (and so the target of `all`), by its manifest; the K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
-REPORTED_STAGES = ("protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens")
+REPORTED_STAGES = ("protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens",
+                   "batch")
 GPU_ONLY_STAGES = ("ksweep",)
 # Beside each run config, the SHA-256 of its bytes as written (``config.yaml.sha256``).
 SEAL_SUFFIX = ".sha256"

@@ -27,7 +27,7 @@ RUN_STATE = ".run"  # every run's results folder holds one from its planning on 
 REQUIRED_UPSTREAM: Mapping[str, tuple[str, ...]] = {
     "reference": ("model",), "requant": ("model",), "capture": ("requant",), "prediction": ("capture",),
     "compare": ("capture", "prediction"), "perplexity": ("requant",), "prefill_decode": ("requant",),
-    "tokens": ("model", "requant"),
+    "tokens": ("model", "requant"), "batch": ("capture", "requant"),
 }
 
 

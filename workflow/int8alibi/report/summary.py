@@ -28,6 +28,7 @@ from .claims import WHY, claims_table, measure, real_scale_catches
 from .document import Block, Box, BoxLine, Document, Heading, Paragraph, Source, Table
 from .measures import decision_row, summary_row
 from .sections import Tables
+from . import batch
 from .verdicts import NO_VERDICT, RunFacts
 
 CHECK7 = "check 7 (this project's rule; the papers left it unmeasured)"
@@ -203,13 +204,14 @@ def findings(t: Tables, protocol: Any, emulated: bool | None = None, run: RunFac
     """Each pre-registered hypothesis, gate, decision rule and prediction family: verdict, one sentence."""
     sources: list[Source] = []
     rows = (_perplexity_rows(t, protocol.analysis, sources, run) + _decision_rows(t, protocol.analysis, sources)
-            + _prediction_rows(t, sources, emulated, run))
+            + _prediction_rows(t, sources, emulated, run) + batch.finding_rows(t, sources, emulated))
     unique = tuple(dict.fromkeys(sources))
     return [Heading("Findings"), Table("Every pre-registered hypothesis, gate, decision rule (both readings of D1) and "
-                                       "prediction family, check 7 included", pd.DataFrame(rows), unique)]
+                                       "prediction family, check 7 included, and this project's batch-invariance "
+                                       "extension", pd.DataFrame(rows), unique)]
 
 
-KERNEL_STAGES = ("compare", "tokens", "prefill_decode")  # stages whose manifests record the two kernel arms
+KERNEL_STAGES = ("compare", "tokens", "prefill_decode", "batch")  # stages whose manifests record the two kernel arms
 
 
 def emulated_arms(results: Path) -> bool | None:

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..protocol import load
 from ..provenance.hashing import open_regular
 from ..provenance.manifest import write_manifest
-from ..report import document, ksweep, sections, summary
+from ..report import batch, document, ksweep, sections, summary
 from ..runtime.runner import log, stage_main
 
 
@@ -120,6 +120,7 @@ def build(cfg: Config, results: Path, protocol_root: Path = Path("preregistratio
     doc.add(*summary.paper_beside_run(tables, protocol, run, doc))
     for section in sections.SECTIONS:
         doc.add(*section(tables, doc))
+    doc.add(*batch.section(tables, doc, emulated))
     doc.add(*ksweep.section(tables, protocol.ksweep["paper"], doc))
     doc.add(document.Heading("Appendix"), doc.appendix_links(
         "Per-row tables, each with its source file and SHA-256, in appendix.html (appendix.md):"))

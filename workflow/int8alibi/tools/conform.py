@@ -10,6 +10,12 @@ Every layer x regime (a setting) gets two readings of the outputs: the tolerance
 bitwise one. Both are reported because the tolerance passes legitimate and defective epilogues
 alike: the other legitimate scale order differs from the reference by one bf16 spacing on a few
 elements, and only the bitwise reading shows it.
+
+The batch reading asks of each arm alone whether a row's output depends on its batch: every row is
+computed again inside seeded batches of other sizes and other rows (``int8alibi.batch.layer``, the
+registered draws and seed of ``preregistration/batch.yaml``) and compared bit for bit with its
+output at the layer's own M. An INT8 W8A8 GEMM with per-token scales is predicted batch invariant;
+an arm that is not is named with the first M where a row changed and by how many ulps.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pyarrow as pa
 import torch
 
 from ..arith import bf16_bits, exact_accumulator, ulp_distance
+from ..batch.layer import INT8, LAYER_KEY, LAYER_SCHEMA, co_batches, layer_rows
 from ..faults.checks import OperandSet, Thresholds, evaluate_arms
 from ..device import resolve_device
 from ..errors import InputError, Int8AlibiError
@@ -242,6 +249,58 @@ def setting_lines(records: list[dict[str, Any]], ulp_tolerance: int) -> list[str
     return lines
 
 
+def batch_ms(option: str | None, registered: dict[str, list[int]]) -> tuple[list[int], bool]:
+    """(Ms, explicit): ``--batch-ms`` as given, or every M registered for any size profile."""
+    if option is None:
+        return sorted({int(m) for ms in registered.values() for m in ms}), False
+    try:
+        ms = sorted({int(v) for v in option.split(",")})
+    except ValueError:
+        raise InputError(f"--batch-ms {option!r}: expected comma-separated integers") from None
+    if ms[0] < 1:
+        raise InputError(f"--batch-ms {option!r}: every M must be at least 1")
+    return ms, True
+
+
+def batch_layer(op: Operands, arms: tuple[Arm, ...], ms: list[int], explicit: bool, draws: int, seed: int,
+                device: torch.device) -> list[dict[str, Any]]:
+    """The batch reading's rows for one layer: each arm at every M that fits its rows, and its own M."""
+    if explicit and ms[-1] > op.m:
+        raise InputError(f"--batch-ms: M={ms[-1]} is larger than the {op.m} rows of layer {op.layer}")
+    fit = sorted({*(m for m in ms if m <= op.m), op.m})
+    batches = co_batches(op.m, fit, draws, seed, f"conform batch reading of {op.layer}")
+    gemms = {f"{label}: {arm.name}": (INT8, arm.scaled_mm) for label, arm in zip(("arm A", "arm B"), arms)}
+    return layer_rows("operands", op.layer, op.to(device), gemms, batches)
+
+
+def batch_verdicts(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per arm: invariant or not, over how many rows and layers, and where it first was not."""
+    verdicts = {}
+    for gemm, part in table.groupby("gemm", sort=True):
+        differing = part[part["rows_differing"] > 0].sort_values(["m", "layer"])
+        record: dict[str, Any] = {"batch_invariant": differing.empty, "rows": int(part["rows"].sum()),
+                                  "rows_differing": int(part["rows_differing"].sum()),
+                                  "layers": int(part["layer"].nunique()), "ms": sorted(int(m) for m in set(part["m"]))}
+        if not differing.empty:
+            first = differing.iloc[0]
+            record.update(first_m=int(first["m"]), first_layer=str(first["layer"]),
+                          first_rows_differing=int(first["rows_differing"]), first_rows=int(first["rows"]),
+                          max_ulp=None if differing["max_ulp"].isna().all() else int(differing["max_ulp"].max()),
+                          ms_differing=sorted(int(m) for m in set(differing["m"])))
+        verdicts[str(gemm)] = record
+    return verdicts
+
+
+def batch_text(gemm: str, v: dict[str, Any]) -> str:
+    if v["batch_invariant"]:
+        return (f"batch: {gemm}: batch invariant: all {v['rows']} rows of {v['layers']} layers bit-identical at "
+                f"M in {v['ms']} and among other rows")
+    ulp = "non-finite" if v["max_ulp"] is None else f"up to {v['max_ulp']} ulp"
+    return (f"batch: {gemm}: NOT batch invariant: {v['rows_differing']} of {v['rows']} rows differ ({ulp}) at M in "
+            f"{v['ms_differing']}; first at M={v['first_m']} ({v['first_layer']}: {v['first_rows_differing']} of "
+            f"{v['first_rows']} rows)")
+
+
 def _layers(args: argparse.Namespace) -> tuple[Iterator[Operands], dict[str, Path], str]:
     selection = LayerSelection.parse(args.layers)
     if args.operands is not None:
@@ -266,8 +325,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="int8alibi conform", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 when no applicable check fired, 1 when one did, 2 when the run itself failed\n"
-               "(bad input, unavailable arm; stdout then holds no JSON). The bitwise reading never changes it:\n"
-               "outputs that differ within the tolerance under real scales exit 0; read 'bitwise' to gate on it.")
+               "(bad input, unavailable arm; stdout then holds no JSON). The bitwise and batch readings never change\n"
+               "it: outputs that differ within the tolerance under real scales exit 0; read 'bitwise' or 'batch'\n"
+               "to gate on them.")
     p.add_argument("--arm-a", required=True, help="registry name or module:function")
     p.add_argument("--arm-b", required=True, help="registry name or module:function")
     src = p.add_mutually_exclusive_group(required=True)
@@ -277,7 +337,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic operands (with --shapes)")
     p.add_argument("--layers", type=int, default=None, help="run the first N layers only")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--protocol", type=Path, default=Path("preregistration"), help="protocol directory (thresholds)")
+    p.add_argument("--protocol", type=Path, default=Path("preregistration"),
+                   help="protocol directory (thresholds; the batch reading's draws, seed and Ms)")
+    p.add_argument("--batch-ms", default=None,
+                   help="batch sizes for the batch reading, e.g. 1,2,8 (default: every M preregistration/batch.yaml "
+                        "registers; those above a layer's rows are left out, an explicit one is refused)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on stdout (per setting and overall: both readings and their "
@@ -302,12 +366,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _conform(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    th = Thresholds.from_protocol(load(args.protocol).thresholds)
+    protocol = load(args.protocol)
+    th = Thresholds.from_protocol(protocol.thresholds)
+    spec = protocol.batch["layer"]
+    ms, explicit = batch_ms(args.batch_ms, spec["ms"])
     arm_a, arm_b = _arm(args.arm_a, device), _arm(args.arm_b, device)
     layers, inputs, source = _layers(args)
     rows: list[dict[str, Any]] = []
-    for op in Progress(layers, desc="conform", unit="layer", total=args.layers):
+    batch_rows: list[dict[str, Any]] = []
+    for i, op in enumerate(Progress(layers, desc="conform", unit="layer", total=args.layers)):
         rows.extend(conform_layer(op, arm_a, arm_b, th, device))
+        batch_rows.extend(batch_layer(op, (arm_a, arm_b), ms, explicit, int(spec["draws"]), int(spec["seed"]) + i,
+                                      device))
     if not rows:
         raise InputError("conform: no layers to check")
     table = pd.DataFrame.from_records(rows)
@@ -315,20 +385,26 @@ def _conform(args: argparse.Namespace) -> int:
     table["fired"] = pd.Series([None if v is None else bool(v) for v in table["fired"]], dtype=object)
     args.out.mkdir(parents=True, exist_ok=True)
     path = write_table(table, args.out / "conform.parquet", CONFORM_SCHEMA, CONFORM_KEY)
+    batch_table = pd.DataFrame(batch_rows, columns=LAYER_SCHEMA.names).astype({"max_ulp": "Int32"})
+    batch_path = write_table(batch_table, args.out / "conform_batch.parquet", LAYER_SCHEMA, LAYER_KEY)
+    batch = batch_verdicts(batch_table)
     records = setting_records(table)
     both = overall(records)
     fired = bool(table["fired"].fillna(False).astype(bool).any())
     console = sys.stderr if args.json else sys.stdout
     lines = [f"conform: arm A = {arm_a.name}, arm B = {arm_b.name}, {table['layer'].nunique()} layers of {source}",
-             *summarize(table), *setting_lines(records, th.ulp_tolerance)]
+             *summarize(table), *setting_lines(records, th.ulp_tolerance),
+             *(batch_text(gemm, v) for gemm, v in batch.items())]
     print("\n".join(lines), file=console)
     write_manifest(
-        args.out, stage="conform", outputs={"conform": path}, inputs=inputs,
+        args.out, stage="conform", outputs={"conform": path, "conform_batch": batch_path}, inputs=inputs,
         params={"arm_a": args.arm_a, "arm_b": args.arm_b, "source": source, "layers": args.layers,
-                "device": str(device), "ulp_tolerance": th.ulp_tolerance},
+                "device": str(device), "ulp_tolerance": th.ulp_tolerance,
+                "batch": {"ms": ms, "explicit": explicit, "draws": spec["draws"], "seed": spec["seed"]}},
         arms=[arm_a.evidence(), arm_b.evidence()], protocol_root=args.protocol,
         extra={"any_fired": fired, "layers": int(table["layer"].nunique()),
-               "tolerance": both["tolerance"]["verdict"], "bitwise": both["bitwise"]["verdict"]}, device=device,
+               "tolerance": both["tolerance"]["verdict"], "bitwise": both["bitwise"]["verdict"],
+               "batch_invariant": {gemm: v["batch_invariant"] for gemm, v in batch.items()}}, device=device,
     )
     print(f"conform: {'some applicable check FIRED' if fired else 'no applicable check fired'}; "
           f"tolerance ({spacings(th.ulp_tolerance)}): {tolerance_text(both['tolerance'])}; "
@@ -336,7 +412,7 @@ def _conform(args: argparse.Namespace) -> int:
     code = 1 if fired else 0
     if args.json:
         print(json.dumps({"arm_a": arm_a.name, "arm_b": arm_b.name, "source": source,
-                          "ulp_tolerance": th.ulp_tolerance, "settings": records, "overall": both,
+                          "ulp_tolerance": th.ulp_tolerance, "settings": records, "overall": both, "batch": batch,
                           "any_check_fired": fired, "exit_status": code}, indent=2))
     return code
 

@@ -1,0 +1,34 @@
+rule batch:
+    """Batch invariance (this project's extension): each row at every M and among strangers; each prompt
+    alone and inside padded batches."""
+    input:
+        index=rules.capture.output.index,
+        capture_manifest=rules.capture.output.manifest,
+        gate=rules.requant.output.gate,
+        requant_manifest=rules.requant.output.manifest,
+        protocol=protocol_files("batch"),
+    output:
+        layers=update(f"{RESULTS}/batch/layers.parquet"),
+        by_m=update(f"{RESULTS}/batch/by_m.parquet"),
+        sequences=update(f"{RESULTS}/batch/sequences.parquet"),
+        summary=report(
+            update(f"{RESULTS}/batch/summary.parquet"), caption="../report/batch_summary.rst", category="Tables"
+        ),
+        manifest=update(f"{RESULTS}/batch/manifest.json"),
+    log:
+        f"{LOGS}/batch.log",
+    benchmark:
+        f"{BENCHMARKS}/batch.tsv"
+    priority: rule_priority("batch")
+    conda:
+        software_env(gpu_capable=True)
+    threads: stage_threads("batch")
+    resources:
+        mem_mb=RESOURCES["batch"].mem_mb,
+        runtime=RESOURCES["batch"].runtime,
+        gpu=use_gpu(RUN),
+        gpu_mem_mb=RESOURCES["batch"].gpu_mem_mb,
+    params:
+        **stage_params("batch"),
+    shell:
+        stage_cmd("batch", f"{RESULTS}/batch", "--input index={input.index} --input gate={input.gate}") + " 2> {log:q}"
