@@ -67,7 +67,7 @@ def test_a_venv_as_recorded_is_kept_and_a_changed_lock_reinstalls(tmp_path: Path
     assert decide(venv, root, ["cpu"]).action == "ok"
     with open(root / "envs" / "cpu.txt", "a") as lock:
         lock.write("# a changed lock\n")
-    assert decide(venv, root, ["cpu"]) .action == "install"
+    assert decide(venv, root, ["cpu"]).action == "install"
 
 
 def test_a_changed_installed_set_is_rebuilt_naming_the_change(tmp_path: Path) -> None:

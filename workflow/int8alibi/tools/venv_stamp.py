@@ -22,6 +22,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from importlib.metadata import distributions
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -94,7 +95,7 @@ def stamp_record(venv: Path, root: Path, locks: Sequence[str]) -> dict[str, obje
             "root": os.path.realpath(root), "installed": installed(venv)}
 
 
-def read_stamp(venv: Path) -> dict[str, object] | None:
+def read_stamp(venv: Path) -> dict[str, Any] | None:
     """The venv's stamp; None when absent or not this format (an older bootstrap wrote a bare digest)."""
     try:
         stamp = json.loads((venv / STAMP).read_text())
@@ -116,7 +117,8 @@ def decide(venv: Path, root: Path, locks: Sequence[str]) -> Decision:
         return Decision("create", f"{venv.name} does not exist")
     stamp = read_stamp(venv)
     if stamp is None:
-        return Decision("rebuild", f"{venv.name} has no stamp saying what it holds (an older bootstrap made it, or not bootstrap)")
+        return Decision("rebuild", f"{venv.name} has no stamp saying what it holds "
+                                   "(an older bootstrap made it, or not bootstrap)")
     here = os.path.realpath(root)
     if stamp.get("root") != here:
         return Decision("rebuild", f"{venv.name} was built for {stamp.get('root')}, not {here} "
@@ -125,7 +127,7 @@ def decide(venv: Path, root: Path, locks: Sequence[str]) -> Decision:
     if editable is not None and os.path.realpath(editable) != here:
         return Decision("rebuild", f"{venv.name} runs the package of {editable}, not {here}")
     if stamp.get("locks") != list(locks):
-        was = ", ".join(f"envs/{lock}.txt" for lock in stamp.get("locks") or [])  # type: ignore[union-attr]
+        was = ", ".join(f"envs/{lock}.txt" for lock in stamp.get("locks") or [])
         return Decision("rebuild", f"{venv.name} holds {was}, not " + ", ".join(f"envs/{lock}.txt" for lock in locks))
     recorded = stamp.get("installed")
     now = installed(venv)
@@ -144,7 +146,7 @@ def check_install(prefix: Path, lock: str) -> None:
     stamp = read_stamp(prefix)
     if stamp is None:
         return  # not built by bootstrap (a conda environment, a user's own): nothing recorded to keep
-    base = list(stamp.get("locks") or [])  # type: ignore[call-overload]
+    base = list(stamp.get("locks") or [])
     if base[:1] == [ADD_ONS.get(lock, lock)]:
         return
     held = ", ".join(f"envs/{name}.txt" for name in base)
