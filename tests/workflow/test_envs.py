@@ -21,20 +21,23 @@ def _pins(path: Path) -> dict[str, str]:
 
 
 def _pins_of(lines: list[str], source: str = "pip list") -> dict[str, str]:
+    """name -> version of exact pins; ``===`` (the exact version string, no local label) is kept as
+    ``=VERSION`` so that it differs from an ``==`` pin of the same release."""
     pins = {}
     for line in lines:
         line = line.split("#", 1)[0].strip()
         if line:
             name, sep, version = line.partition("==")
-            assert sep and version, f"{source}: not an exact pin: {line!r}"
+            assert sep and version.lstrip("="), f"{source}: not an exact pin: {line!r}"
             pins[name.lower().replace("_", "-")] = version
     return pins
 
 
 def test_bootstrap_installs_the_cpu_lock_from_envs() -> None:
     bootstrap = (PROJECT / "bootstrap").read_text()
-    assert 'setup_venv "$venv" cpu' in bootstrap and 'envs/install "$lock" "$dir/bin/python"' in bootstrap
-    assert '"envs/$lock.txt"' in bootstrap.split("want=", 1)[1].splitlines()[0]  # a lock change rebuilds .venv
+    assert "setup_venv .venv cpu" in bootstrap and 'envs/install "$lock" "$dir/bin/python"' in bootstrap
+    # what a lock change, a changed venv or a moved checkout does: tests/tools/test_venv_stamp.py
+    assert 'stamp_tool decide "$dir" "$@"' in bootstrap and 'stamp_tool record "$dir" "$@"' in bootstrap
     install = (ENVS / "install").read_text()
     assert '--no-deps -r "$here/$lock.txt"' in install
     tracked = subprocess.run(["git", "ls-files"], cwd=PROJECT, capture_output=True, text=True, check=True).stdout
@@ -50,10 +53,38 @@ def test_the_gpu_set_is_the_cpu_lock_with_cuda_torch_only() -> None:
     cpu, gpu = _pins(ENVS / "cpu.txt"), _pins(ENVS / "gpu.txt")
     assert set(cpu) <= set(gpu)
     changed = {name for name in cpu if cpu[name] != gpu[name]}
-    assert changed <= {"triton"}, changed
+    assert changed <= {"triton", "torch"}, changed
     added = set(gpu) - set(cpu)
     assert added and all(name.startswith(("nvidia-", "cuda-")) for name in added), added
-    assert gpu["torch"] == cpu["torch"]
+    # the same release, its CUDA build: "===" takes the version without a local label, where "=="
+    # also takes (and pip prefers) a "+cpu" build wherever one is reachable
+    assert gpu["torch"] == "=" + cpu["torch"]
+
+
+# The packages of gpu.txt that vLLM's lock pins again, and why: vLLM 0.26.0 requires torch 2.11.0;
+# its CUDA 13.0 build requires this Triton, these CUDA runtime releases and setuptools < 82.
+VLLM_REPINS = {"torch", "triton", "cuda-toolkit", "nvidia-cublas", "nvidia-cudnn-cu13", "nvidia-cusparselt-cu13",
+               "nvidia-nccl-cu13", "nvidia-nvjitlink", "setuptools"}
+
+
+def test_the_vllm_lock_goes_over_the_gpu_set_and_keeps_the_measured_pins() -> None:
+    gpu, vllm = _pins(ENVS / "gpu.txt"), _pins(ENVS / "vllm.txt")
+    assert vllm["vllm"] == "0.26.0"
+    assert f'VERSION={vllm["vllm"]}' in (PROJECT / "dev" / "device-vllm").read_text()  # the measured runs' release
+    repinned = {name for name in vllm if name in gpu}
+    assert repinned == VLLM_REPINS, (f"envs/vllm.txt pins again {sorted(repinned - VLLM_REPINS)} or no longer "
+                                     f"{sorted(VLLM_REPINS - repinned)}")
+    assert all(vllm[name] != gpu[name] for name in repinned), "a repin that changes nothing"
+    assert vllm["torch"] == "=2.11.0"  # the CUDA build, pinned as in gpu.txt
+    # what the measured vLLM runs imported (dev/device-vllm.txt) is installed at those versions
+    measured = _pins(PROJECT / "dev" / "device-vllm.txt")
+    both = {**gpu, **vllm}
+    assert {name: both.get(name) for name in measured} == measured
+    # bootstrap puts it into .venv-gpu only, on request, and envs/install knows it
+    bootstrap = (PROJECT / "bootstrap").read_text()
+    assert '[ "${INT8ALIBI_VLLM:-}" = 1 ] && gpu_locks+=(vllm)' in bootstrap
+    assert "setup_venv .venv-gpu \"${gpu_locks[@]}\"" in bootstrap
+    assert "cpu|gpu|llmcompressor|vllm)" in (ENVS / "install").read_text()
 
 
 def test_bootstrap_builds_llm_compressors_own_environment_from_its_lock() -> None:
