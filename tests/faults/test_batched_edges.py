@@ -241,3 +241,41 @@ def test_the_measured_configuration_fits_and_a_small_device_takes_fewer(settings
         assert batched.batch_size(m, k, n, settings, _fake_cuda(monkeypatch, 141 * 10**9)) == 8
     assert 1 <= batched.batch_size(512, 2048, 6144, settings, _fake_cuda(monkeypatch, 16 * 2**30)) < 8
     assert batched.batch_size(512, 2048, 6144, settings, _fake_cuda(monkeypatch, 2**30)) == 1
+
+
+# ------------------------------------------------------------------ batch sizing against the run's budget
+
+def test_a_budget_sizes_the_batches_instead_of_the_device(settings: CampaignSettings,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    m, k, n = 512, 2048, 2048
+    one = batched.layer_bytes(m, k, n, settings.tile_width)
+    big = _fake_cuda(monkeypatch, 2**50)
+    assert batched.batch_size(m, k, n, settings, big, budget=8 * 3 * one) == 3
+    assert batched.batch_size(m, k, n, settings, torch.device("cpu"), budget=8 * 2 * one) == 2
+    assert batched.batch_size(m, k, n, settings, big, budget=one) == 1  # never zero
+
+
+def test_a_small_budget_gives_the_same_rows_in_batches_within_its_share(settings: CampaignSettings,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched campaign under a budget of one widest layer's batch gives the rows of the
+    unconstrained one (and of the per-cell engine), bit for bit; every batch it enqueues holds at most
+    the budget's ``MEMORY_SHARE``-th by ``layer_bytes``, while unconstrained (2 GiB per batch on the
+    CPU) it batches several layers, so the bound is the budget's doing. (Host RSS is no measure here:
+    on the CPU the batch's tensors are far below ``layer_bytes``, an upper estimate for the device.)"""
+    from int8alibi.kernels.layer_operands import synthetic_layers
+
+    layers = list(synthetic_layers("qwen3-1.7b", m=8, seed=5, blocks=2))
+    sizes = {op.layer: batched.layer_bytes(op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings.tile_width)
+             for op in layers}
+    budget = batched.MEMORY_SHARE * max(sizes.values())
+    held: list[int] = []
+    enqueue = batched._enqueue
+    monkeypatch.setattr(batched, "_enqueue", lambda ops, *rest: held.append(sum(sizes[o.layer] for o in ops))
+                        or enqueue(ops, *rest))
+    free = run_campaign(layers, settings, "cpu", progress=False, engine="batched")
+    free_peak, held[:] = max(held), []
+    small = run_campaign(layers, settings, "cpu", progress=False, engine="batched", budget=budget)
+    pd.testing.assert_frame_equal(small, free, check_exact=True)
+    pd.testing.assert_frame_equal(small, run_campaign(layers, settings, "cpu", progress=False, engine="cells"),
+                                  check_exact=True)
+    assert max(held) <= budget // batched.MEMORY_SHARE < free_peak

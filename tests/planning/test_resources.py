@@ -7,7 +7,7 @@ import math
 import pytest
 
 from int8alibi.planning import resources
-from int8alibi.errors import Int8AlibiError
+from int8alibi.errors import InputError, Int8AlibiError
 from int8alibi.planning.floors import RATES, Workload, stage_work
 from int8alibi.model.size import model_size
 from int8alibi.protocol import load
@@ -108,3 +108,76 @@ def test_the_longest_chains_start_before_the_generate_jobs():
     for rule in ("tokens", "capture", "prediction", "compare", "faults", "faults_shard", "prefill_decode",
                  "perplexity"):
         assert resources.rule_priority(rule) > resources.rule_priority("generate"), rule
+
+
+# ------------------------------------------------------------------ the device-memory budget
+
+CARDS = {"rtx-4090": 23_700, "a100-80gb": 80_100, "h200": 139_000}  # device 0's free MiB when planned
+
+
+def _budgeted_run(preset: str, budget: int) -> dict:
+    return {"model": {"source": "synthetic", "synthetic": {"preset": preset}}, "size_profile": "study",
+            "device": "cuda", "resolved": {"device": "cuda", "gpu_budget": {
+                "spec": "auto", "mb": budget, "reason": "auto: faked card"}}}
+
+
+@pytest.mark.parametrize("card", sorted(CARDS))
+@pytest.mark.parametrize("preset", ["qwen3-1.7b", "qwen3-8b", "qwen3-14b"])
+def test_every_gpu_job_fits_the_budget_or_the_plan_names_the_stages_that_cannot(card: str, preset: str):
+    budget, protocol = CARDS[card], load()
+    unbudgeted = resources.plan_resources(
+        {**_budgeted_run(preset, budget), "resolved": {"device": "cuda"}}, protocol, device_mb=budget)
+    too_big = sorted(resources.RULE_STAGE[r] for r in resources.FORWARD_RULES if unbudgeted[r].gpu_mem_mb > budget)
+    if too_big:
+        with pytest.raises(InputError) as err:
+            resources.plan_resources(_budgeted_run(preset, budget), protocol)
+        message = str(err.value)
+        for stage in too_big:
+            assert f"stage {stage} needs about {unbudgeted[stage].gpu_mem_mb} MiB" in message
+        assert f"gpu_budget_mb={budget}" in message and "device: cpu" in message
+        return
+    plan = resources.plan_resources(_budgeted_run(preset, budget), protocol)
+    for rule in resources.GPU_RULES:
+        assert 0 < plan[rule].gpu_mem_mb <= budget, rule
+        assert plan[rule].gpu_mem_mb == min(unbudgeted[rule].gpu_mem_mb, budget), rule  # a cap, no other change
+    assert plan["faults"].gpu_mem_mb < budget  # its batches take a share of the budget, not the whole device
+
+
+def test_the_cards_get_the_plans_their_memory_allows():
+    """What the three cards run at study sizes, from the estimates: an H200 every size, an A100-80GB
+    1.7B only (tokens' batch of 23 windows' logits needs more at 8B), a 4090 none (tokens)."""
+    protocol = load()
+
+    def fits(preset: str, card: str) -> bool:
+        try:
+            resources.plan_resources(_budgeted_run(preset, CARDS[card]), protocol)
+        except InputError:
+            return False
+        return True
+
+    tokens = {p: resources.rule_resources("tokens", _size(p), _study(), "cuda").gpu_mem_mb
+              for p in ("qwen3-1.7b", "qwen3-8b", "qwen3-14b")}
+    for card, budget in CARDS.items():
+        for preset, need in tokens.items():
+            assert fits(preset, card) == (need <= budget and all(
+                resources.rule_resources(r, _size(preset), _study(), "cuda").gpu_mem_mb <= budget
+                for r in resources.FORWARD_RULES)), (card, preset)
+    assert fits("qwen3-14b", "h200") and not fits("qwen3-1.7b", "rtx-4090")
+
+
+def test_the_refusal_says_which_size_profile_fits():
+    with pytest.raises(InputError, match=r"stage tokens needs about \d+ MiB.*size_profile default-cpu or tiny"):
+        resources.plan_resources(_budgeted_run("qwen3-1.7b", CARDS["rtx-4090"]), load())
+
+
+def test_the_limit_is_the_given_one_else_a_cuda_runs_budget():
+    run = _budgeted_run("qwen3-1.7b", 23_700)
+    assert resources.device_limit(None, run) == 23_700
+    assert resources.device_limit(40_000, run) == 40_000
+    assert resources.device_limit(None, {**run, "resolved": {**run["resolved"], "device": "cpu"}}) is None
+    assert resources.device_limit(None, {"device": "cuda", "resolved": {"device": "cuda"}}) is None
+
+
+def test_an_unknown_parent_asks_for_the_budget_not_more():
+    run = {**_budgeted_run("qwen3-1.7b", 23_700), "model": {"source": "hf", "parent": "${UNSET}"}}
+    assert {r.gpu_mem_mb for r in resources.plan_resources(run, load()).values()} == {23_700}

@@ -30,7 +30,7 @@ STAGES = f"{PACKAGE_NAME}.stages"
 # only ``cycles`` limits imports. A new module gets a place here, or the test names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", (  # no science: errors, text, files, hashes, YAML, the config, the device
-        "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "portable",
+        "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "hardware", "portable",
         "arm_names", "provenance", "provenance.hashing", "provenance.atomic", "provenance.parquet",
         "provenance.transaction", "provenance.code")),
     ("arith and protocol", ("arith", "protocol")),

@@ -44,6 +44,12 @@ def _conform() -> Entry:
     return main
 
 
+def _hardware() -> Entry:
+    from .tools.hardware import main
+
+    return main
+
+
 def _bench() -> Entry:
     from .tools.bench import main
 
@@ -56,6 +62,7 @@ COMMANDS: dict[str, tuple[Callable[[], Entry], str]] = {
     "diff": (_diff, "say which outputs, inputs, params, pins, code and environment differ between two runs"),
     "amend": (_amend, "append a protocol amendment (the only way to change it)"),
     "conform": (_conform, "run the conformance checks on two kernel arms: tolerance and bitwise readings (--json)"),
+    "hardware": (_hardware, "this machine's cores and CUDA devices, and the GPU plan settings they give"),
     "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan | decode)"),
 }
 UNAVAILABLE = 2

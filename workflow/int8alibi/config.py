@@ -156,6 +156,15 @@ class Config:
         return str(block["engine"])
 
     @property
+    def gpu_budget_bytes(self) -> int | None:
+        """The device-memory budget the run was planned with, in bytes (``planning.resolve.resolve_budget``),
+        or None: no budget (a CPU run's ``auto``, a run planned before budgets, a user config)."""
+        self._note("gpu_budget_mb")
+        block = self.data.get(RESOLVED) or {}
+        mb = (block.get("gpu_budget") or {}).get("mb")
+        return None if mb is None else int(mb) << 20
+
+    @property
     def resolved_arms(self) -> list[str]:
         """The two arm names of the run, as resolved once when the run was planned (or as named)."""
         self._note("arms")

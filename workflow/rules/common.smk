@@ -28,7 +28,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
-from int8alibi.planning.resources import plan_resources, rule_priority as _rule_priority
+from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority
 from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
 from int8alibi.planning.rerun import (
@@ -137,10 +137,15 @@ if _UNJUDGED:
 CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
 # size profile (int8alibi.planning.resources); the SLURM profile sends them as --mem and --time.
-# The device's size is the run's gpu_mem_mb limit (profiles/gpu), where one is given.
-_DEVICE_LIMIT = workflow.global_resources.get("gpu_mem_mb").value
+# The device's size is the run's gpu_mem_mb limit: the one given (--resources gpu_mem_mb=N), else a
+# CUDA run's device-memory budget (gpu_budget_mb, resolved when the run is planned), which then
+# becomes the limit Snakemake schedules GPU jobs against (int8alibi.planning.resources.device_limit).
+# A GPU job that cannot fit the budget stops the plan here, naming its stage.
+_DEVICE_LIMIT = device_limit(workflow.global_resources.get("gpu_mem_mb").value, RUN)
+if _DEVICE_LIMIT is not None:
+    workflow.register_resource("gpu_mem_mb", _DEVICE_LIMIT)
 try:
-    RESOURCES = plan_resources(RUN, GATE.protocol, _DEVICE_LIMIT if isinstance(_DEVICE_LIMIT, int) else None)
+    RESOURCES = plan_resources(RUN, GATE.protocol, _DEVICE_LIMIT)
 except Int8AlibiError as exc:
     _stop(exc)
 

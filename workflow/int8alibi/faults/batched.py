@@ -578,20 +578,23 @@ def layer_bytes(m: int, k: int, n: int, tile_width: int) -> int:
     return mn * per_element + (m + n) * tiles * tile_width * 4 * 2 + (m + n) * k * 8
 
 
-def batch_size(m: int, k: int, n: int, settings: CampaignSettings, device: torch.device, most: int = BATCH) -> int:
+def batch_size(m: int, k: int, n: int, settings: CampaignSettings, device: torch.device, most: int = BATCH,
+               budget: int | None = None) -> int:
     """How many layers of this shape one batch takes: at most ``most``, and within
-    1/``MEMORY_SHARE`` of the device's memory (2 GiB on the CPU), so that a smaller device takes
-    smaller batches instead of running out of memory."""
-    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 16 * 2**30
-    return max(1, min(most, total // MEMORY_SHARE // layer_bytes(m, k, n, settings.tile_width)))
+    1/``MEMORY_SHARE`` of the run's memory budget in bytes (``gpu_budget_mb``), else of the device's
+    memory (2 GiB on the CPU), so that a smaller budget takes smaller batches instead of running out
+    of memory. A batch holds at least one layer; the campaign's rows are the same at any batch size."""
+    if budget is None:
+        budget = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 16 * 2**30
+    return max(1, min(most, budget // MEMORY_SHARE // layer_bytes(m, k, n, settings.tile_width)))
 
 
 def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device,
-               workers: int = 0, batch: int = BATCH) -> Iterator[CellColumns]:
+               workers: int = 0, batch: int = BATCH, budget: int | None = None) -> Iterator[CellColumns]:
     """Each layer's cells, in the order given.
 
     Layers are read ahead (``lookahead``) and the ones of one shape are batched, up to ``batch``
-    and ``batch_size``;
+    and ``batch_size`` (within ``budget`` bytes, where one is given);
     a batch's work is queued before the previous batch is read back. The seeded draws (host work
     as large as the rest) are made ``workers`` processes wide while the device works; ``workers=0``
     draws in line. Worker processes are started once and kept; they only draw numbers (numpy),
@@ -636,7 +639,8 @@ def run_layers(layers: Iterable[Operands], settings: CampaignSettings, device: t
                     done[index] = run_layer_cells(op, settings, device)
                 else:
                     members = [(index, op, draws)]
-                    most = batch_size(op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings, device, batch)
+                    most = batch_size(op.a_q.shape[0], op.a_q.shape[1], op.w_q.shape[0], settings, device, batch,
+                                      budget)
                     for item in list(waiting):
                         if len(members) == most:
                             break

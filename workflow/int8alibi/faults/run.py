@@ -46,11 +46,14 @@ def resolve_engine(engine: Engine, device: torch.device) -> Engine:
 
 
 def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device: torch.device | str = "cpu",
-                 *, total: int | None = None, progress: bool = True, engine: Engine = "auto") -> pd.DataFrame:
+                 *, total: int | None = None, progress: bool = True, engine: Engine = "auto",
+                 budget: int | None = None) -> pd.DataFrame:
     """Stream ``layers`` through the engine (few layers' tensors alive at a time); progress on stderr.
 
     ``cells`` computes a layer cell by cell; ``batched`` (``faults.batched``) all cells of a layer
-    at once on the device, reading back once per layer. Both give the same rows, bit for bit.
+    at once on the device, reading back once per layer, in batches of layers within a share of
+    ``budget`` bytes (the run's ``gpu_budget_mb``; None: of the device). Both give the same rows, bit
+    for bit, at any budget.
     """
     device = torch.device(device)
     chosen = resolve_engine(engine, device)
@@ -59,7 +62,7 @@ def run_campaign(layers: Iterable[Operands], settings: CampaignSettings, device:
         from .batched import run_layers  # its worker processes and device kernels only when asked for
 
         workers = min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else 0
-        per_layer: Iterable[CellColumns] = run_layers(items, settings, device, workers)
+        per_layer: Iterable[CellColumns] = run_layers(items, settings, device, workers, budget=budget)
     else:
         per_layer = (run_layer_cells(op, settings, device) for op in items)
     parts = list(per_layer)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..arm_names import VLLM_PAIR, check_names
 from ..config import RESOLVED, Config
 from ..errors import InputError
+from ..hardware import Hardware, detect
 
 if TYPE_CHECKING:  # torch is imported where a device is decided: planning a named device and arms needs none
     import torch
@@ -126,11 +127,37 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
             "host": here, "unavailable": unavailable}
 
 
+def resolve_budget(spec: Any, device: str, hardware: Hardware | None = None) -> dict[str, Any]:
+    """The ``gpu_budget`` entry of the resolved block: the device memory (MiB) each GPU job works within.
+
+    ``auto`` on a CUDA run is the free memory of CUDA device 0 of the planning host
+    (``hardware.detect``); on a CPU run device memory is not applicable (no budget), unless the config
+    names one: then the stages bound the same chunked structures in host memory, which is how the
+    budgeted code path runs (and is tested) without a GPU. A CUDA run planned where no GPU is visible
+    (a cluster's login node) has no budget unless the config names one.
+    """
+    if spec != "auto":
+        where = "" if device == "cuda" else " (device cpu: it bounds the same chunked structures in host memory)"
+        return {"spec": spec, "mb": int(spec), "reason": f"explicit: the config says gpu_budget_mb: {spec}{where}"}
+    if device != "cuda":
+        return {"spec": spec, "mb": None, "reason": "not applicable: device cpu (the budget bounds CUDA device memory)"}
+    machine = detect() if hardware is None else hardware
+    if not machine.devices:
+        return {"spec": spec, "mb": None,
+                "reason": f"auto: no CUDA device visible on host {host()} where the run was planned ({machine.source}), so "
+                          "no budget: each GPU job asks for what it holds; name gpu_budget_mb to set one"}
+    first = machine.devices[0]
+    return {"spec": spec, "mb": first.free_mb,
+            "reason": f"auto: the free memory of CUDA device 0 ({first.name}, {first.total_mb} MiB) on host "
+                      f"{host()} when the run was planned ({machine.source})"}
+
+
 def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run config: ``config`` plus its ``resolved`` block.
 
     The block of ``previous`` (the run config an earlier plan wrote) is reused when it was made for
-    the same device and arms values; otherwise the run is resolved here.
+    the same device and arms values; otherwise the run is resolved here. Its device-memory budget
+    (``resolve_budget``) is reused when made for the same ``gpu_budget_mb`` value, else decided here.
     """
     if RESOLVED in config:
         raise InputError("the config has a 'resolved' block: that block is written by the pipeline into "
@@ -143,6 +170,11 @@ def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -
             block.update(engine=engine, reason={**block["reason"], "engine": why})
     else:
         block = resolve(config)
+    spec = config.get("gpu_budget_mb", "auto")
+    own = previous is not None and {k: v for k, v in previous.items() if k != RESOLVED} == dict(config)
+    written_before_budgets = "gpu_budget" not in block and own  # its own run config: kept as written, no budget
+    if not written_before_budgets and (block.get("gpu_budget") or {}).get("spec") != spec:
+        block = {**block, "gpu_budget": resolve_budget(spec, block["device"])}
     return {**config, RESOLVED: block}
 
 

@@ -30,6 +30,17 @@ device or the cores and leave a chain to run last, alone. The analysis chain tak
 (``stage_needs.StageNeeds.pinned``), so on a CPU it runs beside the forward jobs from the moment
 capture finishes.
 
+The run's device-memory budget (``gpu_budget_mb``, resolved once when the run is planned:
+``planning.resolve.resolve_budget``) caps every GPU job's request (``fit_budget``). What a stage can
+chunk without changing a byte is chunked by it: the fault campaign's batches of layers take
+``MEMORY_SHARE``-th of the budget (the campaign's tables are the same at any batch size). The forward
+passes (capture, generate, prefill_decode, perplexity, tokens) cannot: a bf16 GEMM's result can
+depend on its M (batch x tokens), so their batch is the shape the protocol fixes, tokens' largest
+being ``tokens_batch_copies`` copies of a replay window whose logits are computed at once. A job
+whose estimate exceeds the budget is therefore refused when the run is planned, naming the stage,
+its figure and what would fit (a size profile, more free device memory, the CPU); the analysis jobs
+(prediction, compare, ksweep) work layer by layer and ask for at most the budget.
+
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
 steps at 1.7B on an H200; 9-90x on a 2-core CPU), so the multiple (1000) leaves a factor of two.
@@ -40,11 +51,11 @@ only): ``gpu_mem_mb`` constrains Snakemake's own scheduler, SLURM never sees it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..campaign_budget import MEMORY_SHARE
-from ..errors import Int8AlibiError
+from ..errors import InputError, Int8AlibiError
 from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, Workload, operand_bytes, stage_work
 from ..model.size import ModelSize, model_size
 
@@ -63,6 +74,10 @@ BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH
 CAMPAIGN_REGIMES = 2  # a campaign cell per regime (faults.pipeline.REGIMES): cells_per_layer counts both
 PRIORITY = {"tokens": 2, "capture": 2, "prediction": 2, "compare": 2, "faults": 2, "faults_shard": 2,
             "prefill_decode": 1, "perplexity": 1, "batch": 1}
+GPU_RULES = ("requant", "capture", "generate", "prefill_decode", "perplexity", "tokens", "prediction", "compare",
+             "faults", "faults_shard", "ksweep", "batch")  # the rules that declare gpu_mem_mb
+# batch shapes fixed by the protocol: never chunked
+FORWARD_RULES = ("capture", "generate", "prefill_decode", "perplexity", "tokens", "batch")
 RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
     "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
     "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
@@ -143,19 +158,69 @@ def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str, de
     return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held) / MIB / 1024)
 
 
-def plan_resources(run_config: Mapping[str, Any], protocol: Any, device_mb: int | None = None) -> dict[str, Resources]:
-    """Rule -> ``Resources`` for a run config (its ``resolved`` device) and the loaded protocol, on a
-    device of ``device_mb`` MiB (the run's ``gpu_mem_mb`` limit; None: not known).
+def budget_mb(run_config: Mapping[str, Any]) -> int | None:
+    """The run's device-memory budget in MiB (the ``resolved`` block's ``gpu_budget``), or None: no budget."""
+    mb = ((run_config.get("resolved") or {}).get("gpu_budget") or {}).get("mb")
+    return None if mb is None else int(mb)
 
-    A parent whose size cannot be read at plan time (an unset variable, a missing folder: the model
-    stage stops on it) gets the fixed fallback request.
+
+def device_limit(given: Any, run_config: Mapping[str, Any]) -> int | None:
+    """Snakemake's ``gpu_mem_mb`` limit for the run: the one given (``--resources gpu_mem_mb=N``),
+    else a CUDA run's budget, else None (no limit: every GPU job runs alone)."""
+    if isinstance(given, int):
+        return given
+    device = (run_config.get("resolved") or {}).get("device", run_config.get("device"))
+    return budget_mb(run_config) if device == "cuda" else None
+
+
+def _over(plan: Mapping[str, Resources], budget: int) -> dict[str, int]:
+    return {rule: r.gpu_mem_mb for rule, r in plan.items() if rule in FORWARD_RULES and r.gpu_mem_mb > budget}
+
+
+def fit_budget(plan: Mapping[str, Resources], budget: int, what_fits: Mapping[str, bool], why: str) -> dict[str, Resources]:
+    """``plan`` with every GPU job's ``gpu_mem_mb`` at most ``budget`` MiB, or ``InputError`` naming each
+    forward-pass stage whose estimate exceeds it (see the module doc); ``what_fits`` says, per other
+    size profile, whether all of its forward passes would fit, and ``why`` how the budget was decided."""
+    over = _over(plan, budget)
+    if over:
+        named = "; ".join(f"stage {RULE_STAGE[rule]} needs about {mb} MiB" for rule, mb in sorted(over.items()))
+        fits = [name for name, ok in what_fits.items() if ok]
+        raise InputError(
+            f"device memory: {named}, above this run's budget gpu_budget_mb={budget} ({why}); a forward pass runs at "
+            "the batch shape the protocol fixes (a bf16 GEMM's result can depend on it), so it is not chunked to fit. "
+            f"What would fit: a device with about {max(over.values())} MiB free (or gpu_budget_mb raised to it where "
+            "the card has it), " + (f"size_profile {' or '.join(fits)}, " if fits else "") + "or device: cpu")
+    return {rule: replace(r, gpu_mem_mb=min(r.gpu_mem_mb, budget)) for rule, r in plan.items()}
+
+
+def plan_resources(run_config: Mapping[str, Any], protocol: Any, device_mb: int | None = None) -> dict[str, Resources]:
+    """Rule -> ``Resources`` for a run config (its ``resolved`` device and budget) and the loaded
+    protocol, on a device of ``device_mb`` MiB (the run's ``gpu_mem_mb`` limit; None: not known).
+
+    With a budget (a CUDA run's ``gpu_budget``) every GPU job asks for at most the budget, the
+    campaign's batches take a share of the budget, and a forward pass that cannot fit is refused
+    (``fit_budget``). A parent whose size cannot be read at plan time (an unset variable, a missing
+    folder: the model stage stops on it) gets the fixed fallback request.
     """
     device = (run_config.get("resolved") or {}).get("device", run_config.get("device", "cpu"))
+    budget = budget_mb(run_config) if device == "cuda" else None
+    device_mb = device_mb if budget is None else budget
     try:
         size = model_size(run_config["model"])
     except Int8AlibiError:  # unknown size: every GPU job runs alone on the device
-        fallback = Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME, WHOLE_DEVICE_MB if device == "cuda" else 0)
+        whole = (WHOLE_DEVICE_MB if budget is None else budget) if device == "cuda" else 0
+        fallback = Resources(FALLBACK_MEM_MB, FALLBACK_RUNTIME, whole)
         return {rule: fallback for rule in RULE_STAGE}
-    load = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, run_config["size_profile"])
     shards = int(run_config.get("faults_shards") or 1)
-    return {rule: rule_resources(rule, size, load, device, shards, device_mb) for rule in RULE_STAGE}
+
+    def at(profile: str) -> dict[str, Resources]:
+        load = Workload.from_protocol(protocol.analysis, protocol.tokens, protocol.faults, profile)
+        return {rule: rule_resources(rule, size, load, device, shards, device_mb) for rule in RULE_STAGE}
+
+    plan = at(run_config["size_profile"])
+    if budget is None:
+        return plan
+    others = [p for p in protocol.analysis["size_profiles"] if p != run_config["size_profile"]]
+    fits = {p: not _over(at(p), budget) for p in others} if _over(plan, budget) else {}
+    why = str(run_config["resolved"]["gpu_budget"]["reason"])
+    return fit_budget(plan, budget, fits, why)

@@ -118,7 +118,7 @@ def run(cfg: Config, out_dir: Path, *, operands: Path, layers: str | int | None 
     source = OperandSource.resolve(operands)
     selection = LayerSelection.parse(layers, layer_range)
     rows = run_campaign(selection.apply(source.layers()), settings, device,
-                        total=selection.count(source.layer_count()))
+                        total=selection.count(source.layer_count()), budget=cfg.gpu_budget_bytes)
     cells = cells_table(score(rows, {m: protocol.matrix(m) for m in MATRICES}, cfg.exploratory))
     outputs = write_tables(Path(out_dir), cells, protocol)
     summary = _summary(cells)
