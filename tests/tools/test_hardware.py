@@ -9,6 +9,7 @@ import pytest
 
 from int8alibi import cli
 from int8alibi.hardware import ENV
+from int8alibi.planning.resources import GPU_RULES
 
 PROJECT = Path(__file__).resolve().parents[2]
 A100 = {"cores": 64, "devices": [{"name": "NVIDIA A100-SXM4-80GB", "total_mb": 81920, "free_mb": 80100}]}
@@ -22,7 +23,7 @@ def test_it_prints_the_cores_the_device_and_the_lines_to_set(monkeypatch: pytest
     assert "cpu cores: 64" in out and "NVIDIA A100-SXM4-80GB, 81920 MiB total, 80100 MiB free" in out
     assert "--resources gpu_mem_mb=80100" in out
     requests = [int(line.rsplit("=", 1)[1]) for line in out.splitlines() if ": gpu_mem_mb=" in line]
-    assert len(requests) == 11 and all(0 < r <= 80100 for r in requests)
+    assert len(requests) == len(GPU_RULES) and all(0 < r <= 80100 for r in requests)
 
 
 def test_a_config_that_cannot_fit_is_refused_naming_the_stage(monkeypatch: pytest.MonkeyPatch,

@@ -97,7 +97,7 @@ def test_a_changed_model_file_reruns_model_and_its_descendants_only(finished_run
     dry = snakemake(finished_run, "-n", env=env)
     assert scheduled_jobs(dry.stdout) == {"model", "reference_checkpoint", "requant", "capture", "prediction",
                                           "compare", "faults", "generate", "determinism", "prefill_decode",
-                                          "perplexity", "tokens", "report", "report_figures", "all"}, dry.stdout
+                                          "perplexity", "tokens", "batch", "report", "report_figures", "all"}, dry.stdout
     assert "params have changed since last execution:\n        model" in dry.stdout, dry.stdout
 
 

@@ -26,12 +26,12 @@ pytestmark = pytest.mark.slow
 ARMS = "[exact-cutlass-order, exact-triton-order]"  # the pair `auto` resolves to on a CPU
 # The stages whose output bytes (tables, tensors, tokens, the report's text) each key can change.
 BYTES = {
-    "model": {"model", "requant", "capture", "generate", "prefill_decode", "perplexity", "tokens", "report"},
-    "size_profile": {"capture", "generate", "prefill_decode", "perplexity", "tokens", "report"},
+    "model": {"model", "requant", "capture", "generate", "prefill_decode", "perplexity", "tokens", "batch", "report"},
+    "size_profile": {"capture", "generate", "prefill_decode", "perplexity", "tokens", "batch", "report"},
     "corpus": {"capture", "perplexity", "tokens", "report"},
     "device": {"requant", "capture", "prediction", "compare", "faults", "generate", "determinism", "prefill_decode",
-               "perplexity", "tokens", "report"},
-    "arms": {"capture", "compare", "determinism", "prefill_decode", "perplexity", "tokens", "report"},
+               "perplexity", "tokens", "batch", "report"},
+    "arms": {"capture", "compare", "determinism", "prefill_decode", "perplexity", "tokens", "batch", "report"},
     # the two tables that carry the flag in a column; the report reads it from their manifests
     "exploratory": {"compare", "faults"},
 }

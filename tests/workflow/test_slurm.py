@@ -48,7 +48,7 @@ SHARDS = 3
 CONFIG = TINY_CONFIG + f"faults_shards: {SHARDS}\n"
 # Jobs that must go through sbatch, and the light ones that run where snakemake runs (localrules).
 SUBMITTED_RULES = {"model", "reference_checkpoint", "requant", "capture", "prediction", "compare", "faults_shard",
-                   "generate", "perplexity", "tokens", "prefill_decode"}
+                   "generate", "perplexity", "tokens", "prefill_decode", "batch"}
 LOCAL_RULES = {"protocol", "faults", "determinism", "report", "report_figures", "all"}
 # The cluster has no slurmdbd: sacct fails, so the plugin reads job states with squeue (valid: the
 # cluster's MinJobAge, 600 s, is far above 3 x the first status-check delay).

@@ -112,7 +112,7 @@ def _sbatch(rule: str, resources: _Resources, threads: int) -> tuple[str, str]:
 
 def test_the_plugin_builds_a_valid_gpu_request_for_gpu_rules_on_a_cuda_run(tmp_path: Path) -> None:
     jobs = _dry_run_jobs(tmp_path, *CUDA)
-    for rule in ["capture", "generate", "perplexity", "tokens", "prefill_decode"]:
+    for rule in ["capture", "generate", "perplexity", "tokens", "prefill_decode", "batch"]:
         assert jobs[rule].get("gpu") == 1, (rule, jobs[rule])
         call, partition = _sbatch(rule, jobs[rule], threads=1)
         assert partition == "gpu" and " -p gpu" in call, call
