@@ -275,6 +275,9 @@ def _verify_batch(b: Mapping[str, Any], analysis: Mapping[str, Any]) -> None:
         if set(named) != set(profiles):
             raise ProtocolError(f"{pins.BATCH}: {part} sizes name profiles {sorted(named)}, not analysis.yaml's "
                                 f"{sorted(profiles)}")
+    extra = sorted(set(b["layer"]["contrast_checkpoints"]) - set(b["layer"]["checkpoints"]))
+    if extra:
+        raise ProtocolError(f"{pins.BATCH}: layer.contrast_checkpoints {extra} are not among layer.checkpoints")
     for name, ms in b["layer"]["ms"].items():
         rows = profiles[name]["prefill_tokens"]
         if ms != sorted(ms) or ms[0] < 1 or ms[-1] > rows:

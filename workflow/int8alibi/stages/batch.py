@@ -40,14 +40,15 @@ def run(cfg: Config, out_dir: Path, *, index: Path, gate: Path) -> None:
     seq = seq_spec["size_profiles"][profile_name]
     device, arm_a, arm_b, selection = stage_arms(cfg)
     contrasts = contrast_gemms(layer_spec["contrasts"], device)
-    gemms: dict[str, tuple[str, Gemm]] = {arm.name: (INT8, arm.scaled_mm) for arm in (arm_a, arm_b)}
-    gemms.update({name: (name, gemm) for name, (gemm, _) in contrasts.items() if gemm is not None})
+    arms: dict[str, tuple[str, Gemm]] = {arm.name: (INT8, arm.scaled_mm) for arm in (arm_a, arm_b)}
+    with_contrasts = {**arms, **{name: (name, gemm) for name, (gemm, _) in contrasts.items() if gemm is not None}}
     for name, (gemm, why) in contrasts.items():
         log.info("batch: contrast %s: %s", name, why if gemm is not None else f"not run: {why}")
 
     ms = layer_spec["ms"][profile_name]
     layer_table: list[dict[str, Any]] = []
     for checkpoint in layer_spec["checkpoints"]:
+        gemms = with_contrasts if checkpoint in layer_spec["contrast_checkpoints"] else arms
         captured = iter_index_operands(index, checkpoint, layer_spec["phase"])
         for i, (row, op) in enumerate(Progress(captured, desc=f"batch {checkpoint}", unit="layer")):
             where = f"{BATCH}: layer.ms.{profile_name} for {checkpoint}/{row.layer}"
