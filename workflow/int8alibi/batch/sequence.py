@@ -12,6 +12,7 @@ differ (``model.trace``, as the prefill_decode stage attributes its divergences)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +52,13 @@ SEQUENCE_KEY = ["checkpoint", "arm", "batch_size", "prompt"]
 
 @dataclass(frozen=True)
 class Generated:
-    """A batch's greedy run: tokens per member, bf16 logits ``[B, steps, V]``, pads per member."""
+    """A batch's greedy run: tokens per member, bf16 logits ``[B, steps, V]``, pads per member, and the
+    traced intermediates of the members asked for (``generate``'s ``trace``)."""
 
     tokens: list[list[int]]
     logits: torch.Tensor
     pads: list[int]
-    events: list[Event]
+    events: dict[int, list[Event]]
 
 
 def left_padded(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -75,9 +77,11 @@ def left_padded(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple
 
 @torch.inference_mode()
 def generate(model: nn.Module, prompts: Sequence[Sequence[int]], new_tokens: int, *,
-             device: torch.device = torch.device("cpu"), trace: tuple[int, int] | None = None) -> Generated:
+             device: torch.device = torch.device("cpu"),
+             trace: tuple[int, Sequence[int]] | None = None) -> Generated:
     """Greedy decoding of a left-padded batch for ``new_tokens`` steps (argmax ties to the lowest id).
-    ``trace=(step, member)`` records that member's intermediates at that step and stops there."""
+    ``trace=(step, members)`` records those members' intermediates at that step (one trace each, in
+    the same forward) and stops there."""
     if new_tokens < 1:
         raise InputError(f"batch: new_tokens must be >= 1, got {new_tokens}")
     ids, mask, pads = left_padded(prompts, device)
@@ -86,18 +90,15 @@ def generate(model: nn.Module, prompts: Sequence[Sequence[int]], new_tokens: int
     steps = new_tokens if trace is None else trace[0] + 1
     tokens: list[list[int]] = [[] for _ in prompts]
     rows: list[torch.Tensor] = []
-    events: list[Event] = []
+    events: dict[int, list[Event]] = {}
     past: Any = None
     feed, feed_positions = ids, positions
     for step in range(steps):
         kwargs = {cache: past} if past is not None else {}
-        if trace is not None and step == trace[0]:
-            member = trace[1]
-            row = feed.shape[1] - 1
-            with traced(model, row=row, position=len(prompts[member]) - 1 + step, batch=member,
-                        key_offset=pads[member]) as events:
-                out = model(input_ids=feed, attention_mask=mask, position_ids=feed_positions, use_cache=True, **kwargs)
-        else:
+        with ExitStack() as stack:
+            if trace is not None and step == trace[0]:
+                events = {m: stack.enter_context(traced(model, row=feed.shape[1] - 1, position=len(prompts[m]) - 1 + step,
+                                                        batch=m, key_offset=pads[m])) for m in trace[1]}
             out = model(input_ids=feed, attention_mask=mask, position_ids=feed_positions, use_cache=True, **kwargs)
         logits = out.logits[:, -1]
         nxt = logits.argmax(dim=-1)
@@ -128,29 +129,40 @@ def first_step(alone: torch.Tensor, batched: torch.Tensor) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def compare_member(model: nn.Module, prompts: Sequence[Sequence[int]], member: int, alone: Generated,
-                   batched: Generated, *, device: torch.device, where: str) -> dict[str, Any]:
-    """One batch member against its alone run: the ``SEQUENCE_SCHEMA`` measures (no key columns)."""
-    ref, got = alone.logits[0], batched.logits[member]
-    step = first_step(ref, got)
-    tokens_a, tokens_b = alone.tokens[0], batched.tokens[member]
-    token_step = next((i for i, (x, y) in enumerate(zip(tokens_a, tokens_b)) if x != y), None)
-    row: dict[str, Any] = {"steps": len(tokens_a), "identical": step is None, "first_step": step,
-                           "flip_at_step": None, "first_token_step": token_step, "module": None,
-                           "module_index": None, "module_kind": None, "traced": None}
-    if step is None:
-        return row
-    row["flip_at_step"] = bool(ref[step].argmax() != got[step].argmax())
-    again_a = generate(model, [prompts[member]], len(tokens_a), device=device, trace=(step, 0))
-    again_b = generate(model, prompts, len(tokens_a), device=device, trace=(step, member))
-    if not (bits_equal(again_a.logits[0, step], ref[step]) and bits_equal(again_b.logits[member, step], got[step])):
-        raise InputError(f"{where}: a traced rerun did not reproduce the untraced logits at step {step}")
-    index = first_difference(again_a.events, again_b.events, where)
-    if index is None:
-        raise InputError(f"{where}: logits differ at step {step} but no traced intermediate does")
-    event = again_a.events[index]
-    row.update(module=event.name, module_index=index, module_kind=event.kind, traced=len(again_a.events))
-    return row
+def compare_batch(model: nn.Module, prompts: Sequence[Sequence[int]], alone: Sequence[Generated], batched: Generated,
+                  *, device: torch.device, where: str) -> list[dict[str, Any]]:
+    """Each batch member against its alone run: the ``SEQUENCE_SCHEMA`` measures (no key columns).
+
+    A member whose logits differ somewhere is attributed at its first differing step: its alone run
+    and the batch are rerun traced to that step (one batch rerun for all members that first differ
+    at the same step); both must reproduce their untraced logits there."""
+    rows: list[dict[str, Any]] = []
+    for member, solo in enumerate(alone):
+        ref, got = solo.logits[0], batched.logits[member]
+        step = first_step(ref, got)
+        token_step = next((i for i, (x, y) in enumerate(zip(solo.tokens[0], batched.tokens[member])) if x != y), None)
+        rows.append({"steps": len(solo.tokens[0]), "identical": step is None, "first_step": step,
+                     "flip_at_step": None if step is None else bool(ref[step].argmax() != got[step].argmax()),
+                     "first_token_step": token_step, "module": None, "module_index": None, "module_kind": None,
+                     "traced": None})
+    steps = sorted({r["first_step"] for r in rows if r["first_step"] is not None})
+    for step in steps:
+        members = [m for m, r in enumerate(rows) if r["first_step"] == step]
+        new_tokens = rows[members[0]]["steps"]
+        again_b = generate(model, prompts, new_tokens, device=device, trace=(step, members))
+        for m in members:
+            here = f"{where}, member {m}"
+            again_a = generate(model, [prompts[m]], new_tokens, device=device, trace=(step, [0]))
+            if not (bits_equal(again_a.logits[0, step], alone[m].logits[0, step])
+                    and bits_equal(again_b.logits[m, step], batched.logits[m, step])):
+                raise InputError(f"{here}: a traced rerun did not reproduce the untraced logits at step {step}")
+            index = first_difference(again_a.events[0], again_b.events[m], here)
+            if index is None:
+                raise InputError(f"{here}: logits differ at step {step} but no traced intermediate does")
+            event = again_a.events[0][index]
+            rows[m].update(module=event.name, module_index=index, module_kind=event.kind,
+                           traced=len(again_a.events[0]))
+    return rows
 
 
 def sequence_rows(model: nn.Module, checkpoint: str, arm: str, prompt_ids: Sequence[Sequence[int]], count: int,
@@ -166,11 +178,12 @@ def sequence_rows(model: nn.Module, checkpoint: str, arm: str, prompt_ids: Seque
                 raise InputError(f"batch: batches of {size} need prompt {max(members)}, only {len(prompt_ids)} given")
             group = [prompt_ids[i] for i in members]
             batched = generate(model, group, new_tokens, device=device)
-            for slot, p in enumerate(members):
+            for p in members:
                 if p not in alone:
                     alone[p] = generate(model, [prompt_ids[p]], new_tokens, device=device)
-                where = f"batch {checkpoint}/{arm} prompt {p} in batch {b} of {size}"
-                measures = compare_member(model, group, slot, alone[p], batched, device=device, where=where)
+            where = f"batch {checkpoint}/{arm} batch {b} of {size} (prompts {members})"
+            measures = compare_batch(model, group, [alone[p] for p in members], batched, device=device, where=where)
+            for slot, (p, m) in enumerate(zip(members, measures)):
                 rows.append({"checkpoint": checkpoint, "arm": arm, "batch_size": size, "prompt": p, "batch": b,
-                             "slot": slot, "pad": batched.pads[slot], **measures})
+                             "slot": slot, "pad": batched.pads[slot], **m})
     return rows
