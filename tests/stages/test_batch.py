@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from int8alibi.batch.layer import LAYER_SCHEMA
 from int8alibi.batch.sequence import SEQUENCE_SCHEMA
@@ -78,3 +79,39 @@ def test_ms_larger_than_the_captured_rows_are_refused_naming_the_protocol_file(s
         batch.run(cfg, out, index=cfg.results / "capture" / "index.parquet",
                   gate=cfg.results / "requant" / "gate.parquet")
     assert not (out / "manifest.json").exists()
+
+
+class _MDependent:
+    """A planted INT8 arm that is not batch invariant: below M = 8 its epilogue adds one ulp."""
+
+    name, is_emulation = "planted-m-dependent", True
+
+    def __init__(self, inner) -> None:
+        self.inner, self.device = inner, inner.device
+
+    def scaled_mm(self, a_q, w_q, s_a, s_w):
+        out = self.inner.scaled_mm(a_q, w_q, s_a, s_w)
+        return (out.view(torch.int16) + 1).view(torch.bfloat16) if a_q.shape[0] < 8 else out
+
+    def evidence(self) -> dict:
+        return {**self.inner.evidence(), "arm": self.name}
+
+
+@pytest.mark.slow
+def test_a_planted_batch_dependent_arm_fails_the_prediction_at_the_ms_where_it_changes(
+        staged, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, _ = staged
+    device, arm_a, arm_b, selection = batch.stage_arms(cfg)
+    monkeypatch.setattr(batch, "stage_arms", lambda _cfg: (device, arm_a, _MDependent(arm_b), selection))
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "batch"
+    batch.run(cfg, out, index=cfg.results / "capture" / "index.parquet", gate=cfg.results / "requant" / "gate.parquet")
+    table = read_table(out / "summary.parquet", SUMMARY_SCHEMA).set_index(["level", "checkpoint", "gemm"])
+    for checkpoint in load(ROOT / "preregistration").batch["layer"]["checkpoints"]:
+        planted = table.loc[("layer", checkpoint, "planted-m-dependent")]
+        assert planted["outcome"] == "fails" and planted["worst_m"] == 1 and planted["max_ulp"] == 1
+        assert table.loc[("layer", checkpoint, ARMS[0]), "outcome"] == "holds"
+    layers = read_table(out / "layers.parquet", LAYER_SCHEMA)
+    mine = layers[layers["gemm"] == "planted-m-dependent"]
+    assert (mine.loc[mine["m"] < 8, "rows_differing"] == mine.loc[mine["m"] < 8, "rows"]).all()
+    assert (mine.loc[mine["m"] >= 8, "rows_differing"] == 0).all()
