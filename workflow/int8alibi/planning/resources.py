@@ -34,12 +34,15 @@ The run's device-memory budget (``gpu_budget_mb``, resolved once when the run is
 ``planning.resolve.resolve_budget``) caps every GPU job's request (``fit_budget``). What a stage can
 chunk without changing a byte is chunked by it: the fault campaign's batches of layers take
 ``MEMORY_SHARE``-th of the budget (the campaign's tables are the same at any batch size). The forward
-passes (capture, generate, prefill_decode, perplexity, tokens) cannot: a bf16 GEMM's result can
-depend on its M (batch x tokens), so their batch is the shape the protocol fixes, tokens' largest
+passes (capture, generate, prefill_decode, perplexity, tokens, batch) cannot: a bf16 GEMM's result
+can depend on its M (batch x tokens), so their batch is the shape the protocol fixes, tokens' largest
 being ``tokens_batch_copies`` copies of a replay window whose logits are computed at once. A job
 whose estimate exceeds the budget is therefore refused when the run is planned, naming the stage,
 its figure and what would fit (a size profile, more free device memory, the CPU); the analysis jobs
-(prediction, compare, ksweep) work layer by layer and ask for at most the budget.
+(prediction, compare, ksweep) work layer by layer and ask for at most the budget. The refusal
+compares the estimate itself (``gpu_need_mb``), not the request with its headroom: the estimates
+run high (tokens at Qwen3-1.7B: 58,880 MiB estimated, 44,900 MiB measured on an H200), and a plan
+must not refuse what would run; the request is the estimate with headroom, capped at the budget.
 
 ``runtime`` (minutes) is a fixed allowance plus a multiple of the job's floor (``floors``) at the
 run device's default rates: measured stages take up to ~500x their floor (generate's one-token
@@ -88,11 +91,13 @@ RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share 
 
 @dataclass(frozen=True)
 class Resources:
-    """What one job of a rule requests: host memory in MiB, wall time in minutes, device memory in MiB."""
+    """What one job of a rule requests: host memory in MiB, wall time in minutes, device memory in MiB
+    (with headroom), and the device memory it is estimated to hold (``gpu_need_mb``, no headroom)."""
 
     mem_mb: int
     runtime: int
     gpu_mem_mb: int = 0
+    gpu_need_mb: int = 0
 
 
 def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
@@ -130,7 +135,12 @@ def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faul
     work = stage_work(size, load).get(RULE_STAGE[rule])
     floor = 0.0 if work is None else work.seconds(RATES["h200" if device == "cuda" else "cpu"])
     runtime = RUNTIME_FIXED_MIN + math.ceil(RUNTIME_FLOOR_MULTIPLE * floor / _jobs(rule, faults_shards) / 60)
-    return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=device_memory_mb(rule, size, load, device, device_mb))
+    held = device_bytes(rule, size, load, device, device_mb)
+    request = 0 if held is None else 1024 * math.ceil(HEADROOM * held / MIB / 1024)
+    if held is not None and held < 0:  # the whole device: the campaign without a known device size
+        request = WHOLE_DEVICE_MB
+    return Resources(mem_mb=mem_mb, runtime=runtime, gpu_mem_mb=request,
+                     gpu_need_mb=0 if held is None or held < 0 else math.ceil(held / MIB))
 
 
 def rule_priority(rule: str) -> int:
@@ -144,18 +154,20 @@ def tokens_batch_copies(load: Workload) -> int:
     return TOKENS_CONTROL_COPIES + load.cells_per_layer // CAMPAIGN_REGIMES - BOTH_ARMS_CELLS
 
 
-def device_memory_mb(rule: str, size: ModelSize, load: Workload, device: str, device_mb: int | None = None) -> int:
-    """Device MiB one job of ``rule`` asks for on a CUDA run (see the module doc); 0 on the CPU."""
+def device_bytes(rule: str, size: ModelSize, load: Workload, device: str, device_mb: int | None = None) -> int | None:
+    """Device bytes one job of ``rule`` is estimated to hold on a CUDA run, the CUDA context included
+    (see the module doc); None on the CPU; -1 for the campaign where the device's size is unknown
+    (it then asks for the whole device)."""
     if device != "cuda":
-        return 0
+        return None
     held = held_bytes(rule, size, load)
     if rule == "tokens":
         held += tokens_batch_copies(load) * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
     elif rule in ("faults", "faults_shard"):
         if device_mb is None:
-            return WHOLE_DEVICE_MB
+            return -1
         held += device_mb * MIB // MEMORY_SHARE
-    return 1024 * math.ceil(HEADROOM * (CUDA_CONTEXT_BYTES + held) / MIB / 1024)
+    return CUDA_CONTEXT_BYTES + held
 
 
 def budget_mb(run_config: Mapping[str, Any]) -> int | None:
@@ -174,7 +186,7 @@ def device_limit(given: Any, run_config: Mapping[str, Any]) -> int | None:
 
 
 def _over(plan: Mapping[str, Resources], budget: int) -> dict[str, int]:
-    return {rule: r.gpu_mem_mb for rule, r in plan.items() if rule in FORWARD_RULES and r.gpu_mem_mb > budget}
+    return {rule: r.gpu_need_mb for rule, r in plan.items() if rule in FORWARD_RULES and r.gpu_need_mb > budget}
 
 
 def fit_budget(plan: Mapping[str, Resources], budget: int, what_fits: Mapping[str, bool], why: str) -> dict[str, Resources]:
