@@ -74,3 +74,18 @@ def test_an_int8_arm_that_is_not_invariant_fails_by_name_and_emulations_hold_by_
         failed["finding"] and "up to 2 ulp" in failed["finding"]
     assert rows["batch invariance, layer level: cublaslt (int8, own)"]["verdict"] == \
         "held by construction (emulated arms)"
+
+
+def test_the_findings_keep_the_extension_in_a_table_of_its_own_that_stays_on_the_main_page(tmp_path: Path) -> None:
+    from int8alibi.protocol import load
+    from int8alibi.report.document import MAIN_ROWS
+    from int8alibi.report.summary import findings
+
+    _tables(tmp_path, b_differs=0)
+    blocks = findings(Tables(tmp_path), load(Path(__file__).resolve().parents[2] / "preregistration"), emulated=False)
+    registered, extension = blocks[1], blocks[2]
+    assert isinstance(registered, Table) and isinstance(extension, Table)
+    assert not registered.frame["item"].str.startswith("batch invariance").any()
+    assert extension.caption.startswith("This project's extension, not either paper's")
+    assert len(extension.frame) == 4 <= MAIN_ROWS   # three GEMMs at layer level, one arm at sequence level
+    assert extension.sources[0].path.endswith("batch/summary.parquet")
