@@ -49,7 +49,7 @@ def finding_rows(t: Tables, sources: list[Source], emulated: bool | None) -> lis
             what = f"{r.differing:,} of {r.compared:,} {r.unit} differ ({_share(r.share)})"
             if level == "layer":
                 where = "" if pd.isna(r.worst_m) else f"; most at M={int(r.worst_m)}"
-                ulp = "" if pd.isna(r.max_ulp) else f", up to {int(r.max_ulp)} ulp"
+                ulp = "" if pd.isna(r.max_ulp) or not r.differing else f", up to {int(r.max_ulp)} ulp"
                 item = f"batch invariance, layer level: {r.gemm} ({r.kind}, {r.checkpoint})"
                 kind = f"structural: {PREDICTED}" if r.kind == "int8" else "measure (no prediction)"
                 finding = (f"Each captured row inside seeded batches of every M against its row at the captured M: "
