@@ -268,6 +268,12 @@ def _verify_ksweep(k: Mapping[str, Any]) -> None:
                                 f"registration order of `pairs` ({registered}), found {list(order[fmt])}")
 
 
+def batch_prompts_needed(sizes: Mapping[str, Any]) -> int:
+    """Prompts a batch.yaml sequence size profile generates: its prompts, with every batch size's
+    last batch filled up to that size."""
+    return max(-(-int(sizes["prompts"]) // n) * n for n in sizes["batch_sizes"])
+
+
 def _verify_batch(b: Mapping[str, Any], analysis: Mapping[str, Any]) -> None:
     profiles = analysis["size_profiles"]
     for part in ("layer", "sequence"):
@@ -284,7 +290,7 @@ def _verify_batch(b: Mapping[str, Any], analysis: Mapping[str, Any]) -> None:
             raise ProtocolError(f"{pins.BATCH}: layer.ms.{name} must ascend from at least 1 to at most the "
                                 f"profile's {rows} captured prefill rows, found {ms}")
     for name, seq in b["sequence"]["size_profiles"].items():
-        needed = max(-(-seq["prompts"] // n) * n for n in seq["batch_sizes"])
+        needed = batch_prompts_needed(seq)
         if needed > len(analysis["prompts"]):
             raise ProtocolError(f"{pins.BATCH}: sequence.size_profiles.{name} needs {needed} prompts to fill its "
                                 f"batches, but analysis.yaml pins {len(analysis['prompts'])}")

@@ -25,6 +25,7 @@ from ..inputs.corpus import prompt_digest, prompts
 from ..kernels.capture_index import index_inputs, iter_index_operands
 from ..progress import Progress
 from ..protocol import load
+from ..protocol.load import batch_prompts_needed
 from ..protocol.pins import BATCH
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
@@ -59,7 +60,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, gate: Path) -> None:
     seq_table: list[dict[str, Any]] = []
     digest = None
     shared = SharedParent(cfg)
-    needed = max(-(-int(seq["prompts"]) // n) * n for n in seq["batch_sizes"])
+    needed = batch_prompts_needed(seq)
     for checkpoint in seq_spec["checkpoints"]:
         for arm in (arm_a, arm_b):
             engine = load_w8a8(cfg, checkpoint_dir(gate, checkpoint), arm, device, label=f"{checkpoint}/{arm.name}",
