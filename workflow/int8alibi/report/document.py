@@ -12,7 +12,11 @@ shrinks in print, figures scale down. Text is plain; a span in backticks is show
 
 Every heading gets a GitHub-style slug as its id, so a ``Contents`` block links to the level-2
 headings in both renderings. A document made with ``main_rows`` moves any longer table it is given
-to the appendix and leaves a one-line link in its place, so the main page stays short."""
+to the appendix and leaves a one-line link in its place, so the main page stays short.
+
+The form (the page, each block's markup, the style sheet) is in the jinja2 templates under
+``templates/``, one pair per format; this module decides what they show and hands them plain values
+(``_views``): formatted cells, heading ids, text cut into code spans and appendix references."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 from jinja2 import (Environment, PackageLoader, StrictUndefined, pass_eval_context,
@@ -264,41 +268,41 @@ class _HeadingView:
     level: int
     text: str
     id: str
-    kind: str = "heading"
+    kind: ClassVar[str] = "heading"
 
 
 @dataclass(frozen=True)
 class _ParagraphView:
     text: Inline
-    kind: str = "paragraph"
+    kind: ClassVar[str] = "paragraph"
 
 
 @dataclass(frozen=True)
 class _ContentsView:
     title: str
     items: tuple[tuple[str, str], ...]   # (heading id, heading text) of each level-2 heading
-    kind: str = "contents"
+    kind: ClassVar[str] = "contents"
 
 
 @dataclass(frozen=True)
 class _BoxView:
     title: str
     lines: tuple[tuple[str | None, Inline], ...]   # (verdict word or None, text)
-    kind: str = "box"
+    kind: ClassVar[str] = "box"
 
 
 @dataclass(frozen=True)
 class _DefinitionsView:
     title: str
     items: tuple[tuple[str, Inline], ...]
-    kind: str = "definitions"
+    kind: ClassVar[str] = "definitions"
 
 
 @dataclass(frozen=True)
 class _LinksView:
     intro: Inline
     items: tuple[tuple[str, str], ...]   # (anchor, caption)
-    kind: str = "links"
+    kind: ClassVar[str] = "links"
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,7 @@ class _TableView:
     head: tuple[tuple[str, str], ...]   # (raw column name, label)
     rows: list[tuple[Cell, ...]]
     sources: str
-    kind: str = "table"
+    kind: ClassVar[str] = "table"
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,7 @@ class _FigureView:
     svg: str
     half: bool   # narrow enough to sit beside its neighbour
     sources: str
-    kind: str = "figure"
+    kind: ClassVar[str] = "figure"
 
 
 _View = (_HeadingView | _ParagraphView | _ContentsView | _BoxView | _DefinitionsView | _LinksView | _TableView
@@ -396,28 +400,30 @@ _TEMPLATES.filters["md_cell"] = _md_cell
 _TEMPLATES.globals["appendix"] = APPENDIX
 
 
-def _render(form: str, title: str, blocks: list[Block] | list[Table]) -> str:
+def _render(form: str, title: str, views: list[_View]) -> str:
     """One page in ``form`` ("md" or "html") through templates/page.<form>."""
-    return _TEMPLATES.get_template(f"page.{form}").render(title=title, title_id=slug(title),
-                                                          blocks=_views(title, blocks))
+    return _TEMPLATES.get_template(f"page.{form}").render(title=title, title_id=slug(title), blocks=views)
 
 
 def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
     """The Markdown text and the SVG files it links ({file name: svg})."""
-    return _render("md", doc.title, doc.blocks), {f"{b.name}.svg": b.svg for b in doc.blocks if isinstance(b, Figure)}
+    views = _views(doc.title, doc.blocks)
+    return _render("md", doc.title, views), {v.file: v.svg for v in views if isinstance(v, _FigureView)}
 
 
 def appendix_markdown(doc: Document) -> str:
-    return _render("md", f"{doc.title}: appendix", doc.appendix)
+    title = f"{doc.title}: appendix"
+    return _render("md", title, _views(title, doc.appendix))
 
 
 def to_html(doc: Document) -> str:
     """One self-contained page: no external files, scripts or fonts (the appendix is linked)."""
-    return _render("html", doc.title, doc.blocks)
+    return _render("html", doc.title, _views(doc.title, doc.blocks))
 
 
 def appendix_html(doc: Document) -> str:
-    return _render("html", f"{doc.title}: appendix", doc.appendix)
+    title = f"{doc.title}: appendix"
+    return _render("html", title, _views(title, doc.appendix))
 
 
 def write(doc: Document, out_dir: Path) -> list[Path]:
