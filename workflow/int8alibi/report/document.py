@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pandas as pd
 from jinja2 import (Environment, PackageLoader, StrictUndefined, pass_eval_context,
@@ -257,8 +257,7 @@ def _pieces(text: str) -> tuple[Piece, ...]:
                  for i, (a, b) in enumerate(zip(cuts, cuts[1:])) if a < b)
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(NamedTuple):   # cheap to build: a report's appendix holds ~85,000 cells
     text: str
     numeric: bool   # right-aligned in HTML; a text cell is left-aligned and wraps
 
@@ -392,10 +391,10 @@ def _escaped(context: EvalContext, value: Any) -> Any:
     return Markup(escape(str(value)))
 
 
-_TEMPLATES = Environment(loader=PackageLoader(__package__ or "int8alibi.report", "templates"),
+_TEMPLATES = Environment(loader=PackageLoader(__name__.rpartition(".")[0], "templates"),
                          autoescape=select_autoescape(enabled_extensions=("html",), default=False),
                          finalize=_escaped, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                         keep_trailing_newline=False)
+                         keep_trailing_newline=False)  # a template file's last newline is not output
 _TEMPLATES.filters["md_cell"] = _md_cell
 _TEMPLATES.globals["appendix"] = APPENDIX
 
