@@ -114,3 +114,31 @@ def test_closures_are_reused_while_no_package_file_is_touched(package: Path, tmp
     _write(package, "stages/beta.py", "from ..errors import E\n")  # a new module changes the stamp too
     _write(package, "stages/alpha.py", "from . import beta\n\ndef run():\n    return beta\n")
     assert "int8alibi/stages/beta.py" in CodeDigests(cache).closure("int8alibi.stages.alpha")
+
+
+def test_a_template_edit_moves_the_digest_of_the_stages_whose_packages_ship_it(package: Path, tmp_path: Path) -> None:
+    """Templates decide a stage's output as its code does: a stage that imports a package with a
+    templates/ folder holds each template's byte digest; an edit to one moves that digest only, and
+    also when the stage's closure was cached (the stamp covers templates)."""
+    _write(package, "report/__init__.py", "")
+    _write(package, "report/render.py", "X = 1\n")
+    _write(package, "report/templates/page.html", "<p>{{ x }}</p>\n")
+    _write(package, "report/templates/parts/row.md", "| {{ x }} |\n")
+    _write(package, "stages/alpha.py", "from ..report import render\n")
+    cache = tmp_path / "code.json"
+    first = CodeDigests(cache)
+    digests = first.closure("int8alibi.stages.alpha")
+    first.save()
+    assert {"int8alibi/report/templates/page.html", "int8alibi/report/templates/parts/row.md"} <= set(digests)
+    assert not [rel for rel in first.closure("int8alibi.errors") if "templates" in rel]  # no such package imported
+    _write(package, "report/templates/page.html", "<p>{{ x }}!</p>\n")
+    changed = CodeDigests(cache).closure("int8alibi.stages.alpha")
+    assert [rel for rel in digests if digests[rel] != changed[rel]] == ["int8alibi/report/templates/page.html"]
+
+
+def test_the_report_stages_hold_every_report_template(tmp_path: Path) -> None:
+    templates = hashing.PACKAGE_ROOT / "report" / "templates"
+    shipped = {f"int8alibi/{p.relative_to(hashing.PACKAGE_ROOT).as_posix()}" for p in templates.rglob("*") if p.is_file()}
+    assert shipped
+    for stage in ("report", "crossmodel"):
+        assert shipped <= set(CodeDigests(tmp_path / "code.json").closure(f"int8alibi.stages.{stage}"))

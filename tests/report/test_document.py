@@ -124,3 +124,48 @@ def test_axes_cover_every_bar_and_name_their_ticks() -> None:
     assert ">1500<" in stacked and ">cells (count)<" in stacked and ">1,260<" in stacked
     heat = svg.heat_map("t", ["F1"], ["5"], [[None]], x_label="check", y_label="fault", scale_label="share fired")
     assert ">share fired<" in heat and ">n/a<" in heat and 'class="colour-scale"' in heat
+
+
+def test_html_escapes_every_value_as_html_escape_does_and_markdown_escapes_only_cell_pipes() -> None:
+    """Autoescape is on for the HTML templates, with html.escape's entity forms (the bytes of the
+    committed reports); the Markdown shows text as written, a pipe in a cell escaped."""
+    doc = Document("T <&> 'q'")
+    doc.add(Heading("H \"1\""), Paragraph("a <b> & 'c' `<code>`"),
+            Table("C 'x'", pd.DataFrame({"a<b": ["x|y<z>\nw"]}), (Source("r/'s'.parquet", "ab" * 32),)))
+    html = to_html(doc)
+    assert "<title>T &lt;&amp;&gt; &#x27;q&#x27;</title>" in html and '<h2 id="h-1">H &quot;1&quot;</h2>' in html
+    assert "<p>a &lt;b&gt; &amp; &#x27;c&#x27; <code>&lt;code&gt;</code></p>" in html
+    assert ('<th title="a&lt;b">a&lt;b</th></tr><tr><td class="t">x|y&lt;z&gt;\nw</td></tr>' in html
+            and "source: r/&#x27;s&#x27;.parquet" in html)
+    md, _ = to_markdown(doc)
+    assert md.startswith("# T <&> 'q'\n\n## H \"1\"\n\na <b> & 'c' `<code>`\n\n**C 'x'**\n\n| a<b |\n|---|\n")
+    assert "| x\\|y<z> w |" in md and "*source: r/'s'.parquet" in md
+
+
+def test_text_is_cut_into_code_spans_and_appendix_references_for_the_templates() -> None:
+    from int8alibi.report.document import Piece, Run, inline
+
+    assert inline("") == () and inline("a `b") == (Run(False, (Piece("a `b"),)),)
+    assert inline("see appendix A1, A2 and A13x; A4 `appendix A5`") == (
+        Run(False, (Piece("see appendix "), Piece("A1", "a1"), Piece(", "), Piece("A2", "a2"), Piece(" and "),
+                    Piece("A13", "a13"), Piece("x; A4 "))),
+        Run(True, (Piece("appendix "), Piece("A5", "a5"))))
+    doc = Document("t")
+    doc.add(Paragraph("see `appendix A5` and appendix A1"))
+    assert ("<p>see <code>appendix <a href=\"appendix.html#a5\">A5</a></code> and appendix "
+            '<a href="appendix.html#a1">A1</a></p>') in to_html(doc)
+    assert "see `appendix [A5](appendix.md#a5)` and appendix [A1](appendix.md#a1)\n" in to_markdown(doc)[0]
+
+
+def test_every_template_is_package_data() -> None:
+    """The templates are installed with the package (pyproject's package data) and read from it."""
+    import fnmatch
+    import tomllib
+
+    from int8alibi.provenance.hashing import PACKAGE_ROOT
+
+    patterns = tomllib.loads((PACKAGE_ROOT.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["int8alibi"]
+    templates = [p.relative_to(PACKAGE_ROOT).as_posix() for p in (PACKAGE_ROOT / "report" / "templates").rglob("*")
+                 if p.is_file()]
+    assert templates and all(any(fnmatch.fnmatch(t, pattern) for pattern in patterns) for t in templates)

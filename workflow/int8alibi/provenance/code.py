@@ -7,6 +7,10 @@ a parse re-reads only the files but parses only those that changed; and the stag
 remembered beside them under a stamp of the package's files (path, size, mtime, inode: the key the
 source-file digests use), so a parse with no file touched reads none. Manifests keep recording the
 byte digest of the code that ran (``hashing.stage_code_digest``).
+
+A package's templates (the files under its ``templates/`` folder, e.g. the report's page form) decide
+a stage's output as its code does, so a stage's closure holds them too, digested by their bytes: any
+template edit reruns the stages whose closure holds that package.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from .hashing import imported_names, module_closure, module_file, sha256_bytes
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _CLOSURES = "closures"  # the cache's entry of closures: {"stamp": ..., "modules": {module: {path: digest}}}
+TEMPLATES = "templates"  # a package's folder of templates, beside its __init__.py
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -81,17 +87,21 @@ class CodeDigests:
         return self._located[name]
 
     def closure(self, module: str) -> dict[str, str]:
-        """``{package-relative path: syntax digest}`` of every module ``module`` can run (``module_closure``)."""
+        """``{package-relative path: digest}`` of every module ``module`` can run (``module_closure``; the
+        syntax digest) and of every template of those modules' packages (``package_templates``; bytes)."""
         kept = self._kept.get(module)
         if module not in self._closures and isinstance(kept, dict):
             self._closures[module] = {str(k): str(v) for k, v in kept.items()}
         if module not in self._closures:
             root = hashing.PACKAGE_ROOT
             out = {}
-            for rel in module_closure([module], imports=self.imports, locate=self.locate):
+            modules = module_closure([module], imports=self.imports, locate=self.locate)
+            for rel in modules:
                 parts = Path(rel).with_suffix("").parts
                 name = ".".join((root.name, *(parts[:-1] if parts[-1] == "__init__" else parts)))
                 out[f"{root.name}/{rel}"] = self._entry(name, root / rel)[1]
+            for path in package_templates(root, modules):
+                out[f"{root.name}/{path.relative_to(root).as_posix()}"] = hashing.sha256_file(path)
             self._closures[module] = out
         return dict(self._closures[module])
 
@@ -111,14 +121,22 @@ class CodeDigests:
         os.replace(tmp, self.cache)
 
 
+def package_templates(root: Path, modules: Iterable[str]) -> list[Path]:
+    """Every file under the ``templates/`` folder of each package among ``modules`` (paths relative to
+    ``root``, the package root, as ``module_closure`` gives them), sorted."""
+    folders = {root / Path(rel).parent / TEMPLATES for rel in modules if Path(rel).name == "__init__.py"}
+    return sorted(path for folder in folders if folder.is_dir() for path in folder.rglob("*") if path.is_file())
+
+
 def package_stamp() -> str:
-    """SHA-256 of every package ``.py`` file's relative path, size, mtime and inode: equal stamps, files
-    untouched (a closure over them is still what it was)."""
+    """SHA-256 of every package ``.py`` file's and template's relative path, size, mtime and inode:
+    equal stamps, files untouched (a closure over them is still what it was)."""
     root = hashing.PACKAGE_ROOT
     rows = []
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
+        in_templates = TEMPLATES in Path(folder).relative_to(root).parts
+        for name in sorted(f for f in files if in_templates or f.endswith(".py")):
             st = os.stat(os.path.join(folder, name))
             rel = Path(folder, name).relative_to(root).as_posix()
             rows.append(f"{rel}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}")

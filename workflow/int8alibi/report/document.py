@@ -12,7 +12,11 @@ shrinks in print, figures scale down. Text is plain; a span in backticks is show
 
 Every heading gets a GitHub-style slug as its id, so a ``Contents`` block links to the level-2
 headings in both renderings. A document made with ``main_rows`` moves any longer table it is given
-to the appendix and leaves a one-line link in its place, so the main page stays short."""
+to the appendix and leaves a one-line link in its place, so the main page stays short.
+
+The form (the page, each block's markup, the style sheet) is in the jinja2 templates under
+``templates/``, one pair per format; this module decides what they show and hands them plain values
+(``_views``): formatted cells, heading ids, text cut into code spans and appendix references."""
 
 from __future__ import annotations
 
@@ -21,9 +25,13 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import pandas as pd
+from jinja2 import (Environment, PackageLoader, StrictUndefined, pass_eval_context,
+                    select_autoescape)
+from jinja2.nodes import EvalContext
+from markupsafe import Markup
 
 from ..provenance.atomic import write_bytes
 
@@ -211,190 +219,210 @@ def _heading_ids(title: str, blocks: list[Block] | list[Table]) -> list[str]:
     return ids[1:]
 
 
-def _contents(blocks: list[Block] | list[Table], ids: list[str]) -> list[tuple[str, str]]:
-    """(id, text) of every level-2 heading."""
-    headings = [b for b in blocks if isinstance(b, Heading)]
-    return [(i, h.text) for h, i in zip(headings, ids) if h.level == 2]
+# ---- what the templates (templates/) are given: plain values, every number already formatted ----
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of text; with an ``anchor``, a reference to that appendix table (``A3``, anchor ``a3``)."""
+
+    text: str
+    anchor: str = ""
 
 
+@dataclass(frozen=True)
+class Run:
+    """Pieces shown as code (a span in backticks in the text) or as plain text."""
+
+    code: bool
+    pieces: tuple[Piece, ...]
+
+
+Inline = tuple[Run, ...]
+_CODE = re.compile(r"`([^`]+)`")
 _APPENDIX_REF = re.compile(r"\bappendix (A\d+(?:(?:, | and )A\d+)*)")
 _REF = re.compile(r"A(\d+)")
 
 
-def _link_appendix(text: str, link: str) -> str:
-    """Each "appendix A3" reference made a link: ``link`` formats (anchor, reference)."""
-    return _APPENDIX_REF.sub(lambda m: "appendix " + _REF.sub(lambda r: link.format(f"a{r.group(1)}", r.group(0)),
-                                                               m.group(1)), text)
+def inline(text: str) -> Inline:
+    """Text split into its `code` spans and plain runs, each "appendix A3" reference a piece of its own,
+    so that each format's template writes the markup (backticks and links, or code and a elements)."""
+    return tuple(Run(bool(i % 2), _pieces(part)) for i, part in enumerate(_CODE.split(text)) if part)
 
 
-def _md_text(text: str) -> str:
-    return _link_appendix(text, f"[{{1}}]({APPENDIX}.md#{{0}})")
+def _pieces(text: str) -> tuple[Piece, ...]:
+    """``text`` cut around each table reference that follows "appendix " (``appendix A1, A2 and A3``)."""
+    spans = [r.span() for m in _APPENDIX_REF.finditer(text) for r in _REF.finditer(text, m.start(1), m.end(1))]
+    cuts = [0, *(i for span in spans for i in span), len(text)]
+    return tuple(Piece(text[a:b], f"a{text[a + 1:b]}" if i % 2 else "")
+                 for i, (a, b) in enumerate(zip(cuts, cuts[1:])) if a < b)
 
 
-def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
-    """The Markdown text and the SVG files it links ({file name: svg})."""
-    return _markdown(doc.title, doc.blocks)
+class Cell(NamedTuple):   # cheap to build: a report's appendix holds ~85,000 cells
+    text: str
+    numeric: bool   # right-aligned in HTML; a text cell is left-aligned and wraps
 
 
-def appendix_markdown(doc: Document) -> str:
-    return _markdown(f"{doc.title}: appendix", doc.appendix)[0]
+@dataclass(frozen=True)
+class _HeadingView:
+    level: int
+    text: str
+    id: str
+    kind: ClassVar[str] = "heading"
 
 
-def _md_table(block: Table) -> list[str]:
-    cols = [str(c) for c in block.frame.columns]
-    out = [f'<a id="{block.anchor}"></a>', ""] if block.anchor else []
-    out += [f"**{block.caption}**", "", "| " + " | ".join(block.headers()) + " |", "|" + "---|" * len(cols)]
-    for row in block.frame.itertuples(index=False):
-        cells = (_cell(v, c).replace("|", "\\|").replace("\n", " ") for v, c in zip(row, cols))
-        out.append("| " + " | ".join(cells) + " |")
-    return out + [""] + ([f"*{_sources(block.sources)}*", ""] if block.sources else [])
+@dataclass(frozen=True)
+class _ParagraphView:
+    text: Inline
+    kind: ClassVar[str] = "paragraph"
 
 
-def _md_box_line(line: BoxLine) -> str:
-    return _md_text(line) if isinstance(line, str) else f"**{line[0]}** {_md_text(line[1])}"
+@dataclass(frozen=True)
+class _ContentsView:
+    title: str
+    items: tuple[tuple[str, str], ...]   # (heading id, heading text) of each level-2 heading
+    kind: ClassVar[str] = "contents"
 
 
-def _markdown(title: str, blocks: list[Block] | list[Table]) -> tuple[str, dict[str, str]]:
-    out = [f"# {title}", ""]
-    figures: dict[str, str] = {}
-    ids = _heading_ids(title, blocks)
-    for block in blocks:
-        if isinstance(block, AppendixLinks):
-            out += [block.intro, ""] + [f"- [{caption}]({APPENDIX}.md#{anchor})" for anchor, caption in block.items]
-            out.append("")
-        elif isinstance(block, Heading):
-            out += ["#" * block.level + " " + block.text, ""]
-        elif isinstance(block, Paragraph):
-            out += [_md_text(block.text), ""]
-        elif isinstance(block, Contents):
-            out += [f"**{block.title}**", ""] + [f"- [{text}](#{i})" for i, text in _contents(blocks, ids)] + [""]
-        elif isinstance(block, Box):
-            out += [f"> **{block.title}**", ">"] + [f"> - {_md_box_line(line)}" for line in block.lines] + [""]
-        elif isinstance(block, Definitions):
-            out += [f"**{block.title}**", ""] + [f"- **{term}**: {_md_text(meaning)}" for term, meaning in block.items] + [""]
-        elif isinstance(block, Table):
-            out += _md_table(block)
-        else:
-            file = f"{block.name}.svg"
-            figures[file] = block.svg
-            out += [f"![{block.caption}]({file})", "", f"*{block.caption} — {_sources(block.sources)}*", ""]
-    return "\n".join(out), figures
+@dataclass(frozen=True)
+class _BoxView:
+    title: str
+    lines: tuple[tuple[str | None, Inline], ...]   # (verdict word or None, text)
+    kind: ClassVar[str] = "box"
 
 
-_STYLE = (
-    "*{box-sizing:border-box}"
-    "body{font-family:sans-serif;max-width:74em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.35}"
-    "h2{border-bottom:1px solid #ddd;padding-bottom:.1em;margin-top:1.4em}"
-    ".tw{max-width:100%;overflow-x:auto;margin:.5em 0}"
-    "table{border-collapse:collapse;font-size:.82em;max-width:100%}"
-    "caption{text-align:left;font-weight:bold;padding:.2em 0}"
-    "td,th{border:1px solid #ccc;padding:.2em .45em;text-align:right;vertical-align:top;white-space:nowrap}"
-    "th{background:#f3f3f3;font-weight:600;text-align:left;white-space:normal}"
-    "td.t{text-align:left;white-space:normal;overflow-wrap:break-word;min-width:5em}"
-    ".src{color:#666;font-size:.78em;overflow-wrap:anywhere}figure{margin:1em 0}"
-    "figure svg{max-width:100%;height:auto}p{overflow-wrap:anywhere}"
-    "code{font-size:.92em;background:#f3f3f3;padding:0 .2em}"
-    ".box{border:2px solid #333;border-radius:4px;padding:.5em .9em;margin:1em 0;background:#fafafa}"
-    ".box-title{font-weight:bold;margin:0 0 .3em}.box ul{margin:0;padding-left:1.2em}.box li{margin:.15em 0}"
-    ".toc{margin:.8em 0}.toc-title,.defs-title{font-weight:bold;margin:.3em 0}.toc ol{margin:0;columns:2;column-gap:2em}"
-    ".defs{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1em}.defs dt{font-weight:600}"
-    ".defs dd{margin:0}"
-    "figure.half{display:inline-block;vertical-align:top;width:49%;margin:1em 0}"
-    "@page{margin:12mm}"
-    "@media print{*{-webkit-print-color-adjust:exact;print-color-adjust:exact}"
-    "body{max-width:none;margin:0;padding:0;font-size:8pt;line-height:1.2}h1{font-size:12pt;margin:0 0 .3em}"
-    "h2{font-size:10.5pt;margin:.8em 0 .25em}p{margin:.3em 0}.box{margin:.4em 0;padding:.25em .5em}"
-    "h2,h3,caption{break-after:avoid;page-break-after:avoid}.tw{overflow:visible;margin:.3em 0}"
-    "table{font-size:6.5pt;line-height:1.15;width:100%;page-break-inside:auto}"
-    "tr,.box,figure{page-break-inside:avoid;break-inside:avoid}"
-    "td,th{white-space:normal;overflow-wrap:anywhere;padding:0 .2em}td.t{min-width:0}.src{font-size:6.5pt}"
-    "figure{margin:.3em 0}figcaption{font-size:7pt}figure svg{max-height:62mm;width:auto;max-width:100%}"
-    ".toc ol{columns:3}.defs{display:block;columns:2;column-gap:1.5em}"
-    ".defs dt{float:left;margin:0 .4em 0 0}.defs dd{margin:0 0 .15em 0;break-inside:avoid}}"
-)
+@dataclass(frozen=True)
+class _DefinitionsView:
+    title: str
+    items: tuple[tuple[str, Inline], ...]
+    kind: ClassVar[str] = "definitions"
 
 
-_CODE = re.compile(r"`([^`]+)`")
+@dataclass(frozen=True)
+class _LinksView:
+    intro: Inline
+    items: tuple[tuple[str, str], ...]   # (anchor, caption)
+    kind: ClassVar[str] = "links"
 
 
-def _text(text: str) -> str:
-    """Escaped text with `spans` shown as code and appendix references linked."""
-    code = _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", escape(text))
-    return _link_appendix(code, f'<a href="{APPENDIX}.html#{{0}}">{{1}}</a>')
+@dataclass(frozen=True)
+class _TableView:
+    caption: str
+    anchor: str
+    head: tuple[tuple[str, str], ...]   # (raw column name, label)
+    rows: list[tuple[Cell, ...]]
+    sources: str
+    kind: ClassVar[str] = "table"
 
 
-def _td(value: object, column: str) -> str:
+@dataclass(frozen=True)
+class _FigureView:
+    name: str
+    file: str
+    caption: str
+    svg: str
+    half: bool   # narrow enough to sit beside its neighbour
+    sources: str
+    kind: ClassVar[str] = "figure"
+
+
+_View = (_HeadingView | _ParagraphView | _ContentsView | _BoxView | _DefinitionsView | _LinksView | _TableView
+         | _FigureView)
+
+
+def _table_cell(value: object, column: str) -> Cell:
     text = _cell(value, column)
-    numeric = not isinstance(value, str) or text == "—"
-    return f"<td>{escape(text)}</td>" if numeric else f'<td class="t">{escape(text)}</td>'
+    return Cell(text, not isinstance(value, str) or text == "—")
 
 
-def to_html(doc: Document) -> str:
-    """One self-contained page: no external files, scripts or fonts (the appendix is linked)."""
-    return _html(doc.title, doc.blocks)
-
-
-def appendix_html(doc: Document) -> str:
-    return _html(f"{doc.title}: appendix", doc.appendix)
-
-
-def _html_table(block: Table) -> str:
+def _table_view(block: Table) -> _TableView:
     cols = [str(c) for c in block.frame.columns]
-    head = "".join(f'<th title="{escape(c)}">{escape(h)}</th>' for c, h in zip(cols, block.headers()))
-    rows = "".join("<tr>" + "".join(_td(v, c) for v, c in zip(row, cols)) + "</tr>"
-                   for row in block.frame.itertuples(index=False))
-    anchor = f' id="{escape(block.anchor)}"' if block.anchor else ""
-    source = f'\n<p class="src">{escape(_sources(block.sources))}</p>' if block.sources else ""
-    return (f'<div class="tw"><table{anchor}><caption>{escape(block.caption)}</caption><tr>{head}</tr>{rows}'
-            f"</table></div>{source}")
-
-
-def _html_box(block: Box) -> str:
-    items = "".join(f"<li>{_text(line)}</li>" if isinstance(line, str) else
-                    f'<li><strong class="verdict">{escape(line[0])}</strong> {_text(line[1])}</li>'
-                    for line in block.lines)
-    return f'<div class="box" role="note"><p class="box-title">{escape(block.title)}</p><ul>{items}</ul></div>'
+    rows = [tuple(_table_cell(v, c) for v, c in zip(row, cols)) for row in block.frame.itertuples(index=False)]
+    return _TableView(block.caption, block.anchor, tuple(zip(cols, block.headers())), rows, _sources(block.sources))
 
 
 _SVG_WIDTH = re.compile(r'<svg[^>]* width="([\d.]+)"')
 HALF = 480   # px: a figure at most this wide sits beside its neighbour (on screen and in print)
 
 
-def _figure_class(svg: str) -> str:
+def _half(svg: str) -> bool:
     found = _SVG_WIDTH.search(svg)
-    return ' class="half"' if found and float(found.group(1)) <= HALF else ""
+    return found is not None and float(found.group(1)) <= HALF
 
 
-def _html(title: str, blocks: list[Block] | list[Table]) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
-           f'<h1 id="{slug(title)}">{escape(title)}</h1>']
+def _views(title: str, blocks: list[Block] | list[Table]) -> list[_View]:
+    """Each block as the values its template shows (one list for both formats)."""
     ids = _heading_ids(title, blocks)
     headings = iter(ids)
+    contents = tuple((i, b.text) for b, i in zip([b for b in blocks if isinstance(b, Heading)], ids) if b.level == 2)
+    views: list[_View] = []
     for block in blocks:
         if isinstance(block, AppendixLinks):
-            items = "".join(f'<li><a href="{APPENDIX}.html#{a}">{escape(c)}</a></li>' for a, c in block.items)
-            out.append(f"<p>{_text(block.intro)}</p><ul>{items}</ul>")
+            views.append(_LinksView(inline(block.intro), block.items))
         elif isinstance(block, Heading):
-            out.append(f'<h{block.level} id="{next(headings)}">{escape(block.text)}</h{block.level}>')
+            views.append(_HeadingView(block.level, block.text, next(headings)))
         elif isinstance(block, Paragraph):
-            out.append(f"<p>{_text(block.text)}</p>")
+            views.append(_ParagraphView(inline(block.text)))
         elif isinstance(block, Contents):
-            items = "".join(f'<li><a href="#{i}">{escape(text)}</a></li>' for i, text in _contents(blocks, ids))
-            out.append(f'<nav class="toc"><p class="toc-title">{escape(block.title)}</p><ol>{items}</ol></nav>')
+            views.append(_ContentsView(block.title, contents))
         elif isinstance(block, Box):
-            out.append(_html_box(block))
+            views.append(_BoxView(block.title, tuple((None, inline(line)) if isinstance(line, str) else
+                                                     (line[0], inline(line[1])) for line in block.lines)))
         elif isinstance(block, Definitions):
-            items = "".join(f"<dt>{escape(term)}</dt><dd>{_text(meaning)}</dd>" for term, meaning in block.items)
-            out.append(f'<p class="defs-title">{escape(block.title)}</p><dl class="defs">{items}</dl>')
+            views.append(_DefinitionsView(block.title, tuple((term, inline(meaning)) for term, meaning in block.items)))
         elif isinstance(block, Table):
-            out.append(_html_table(block))
+            views.append(_table_view(block))
         else:
-            out.append(f'<figure id="{escape(block.name)}"{_figure_class(block.svg)}>{block.svg}'
-                       f'<figcaption>{escape(block.caption)}<br><span class="src">'
-                       f"{escape(_sources(block.sources))}</span></figcaption></figure>")
-    out.append("</body></html>")
-    return "\n".join(out)
+            views.append(_FigureView(block.name, f"{block.name}.svg", block.caption, block.svg, _half(block.svg),
+                                     _sources(block.sources)))
+    return views
+
+
+def _md_cell(text: str) -> str:
+    """A table cell's text for Markdown: a pipe escaped, a line break made a space (the row stays one line)."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+@pass_eval_context
+def _escaped(context: EvalContext, value: Any) -> Any:
+    """Every value an HTML template prints, escaped as ``html.escape`` does (``&#x27;``, ``&quot;``);
+    markup (a macro's output, a figure's SVG) as it is. Markdown values pass unchanged."""
+    if not context.autoescape or hasattr(value, "__html__"):
+        return value
+    return Markup(escape(str(value)))
+
+
+_TEMPLATES = Environment(loader=PackageLoader(__name__.rpartition(".")[0], "templates"),
+                         autoescape=select_autoescape(enabled_extensions=("html",), default=False),
+                         finalize=_escaped, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                         keep_trailing_newline=False)  # a template file's last newline is not output
+_TEMPLATES.filters["md_cell"] = _md_cell
+_TEMPLATES.globals["appendix"] = APPENDIX
+
+
+def _render(form: str, title: str, views: list[_View]) -> str:
+    """One page in ``form`` ("md" or "html") through templates/page.<form>."""
+    return _TEMPLATES.get_template(f"page.{form}").render(title=title, title_id=slug(title), blocks=views)
+
+
+def to_markdown(doc: Document) -> tuple[str, dict[str, str]]:
+    """The Markdown text and the SVG files it links ({file name: svg})."""
+    views = _views(doc.title, doc.blocks)
+    return _render("md", doc.title, views), {v.file: v.svg for v in views if isinstance(v, _FigureView)}
+
+
+def appendix_markdown(doc: Document) -> str:
+    title = f"{doc.title}: appendix"
+    return _render("md", title, _views(title, doc.appendix))
+
+
+def to_html(doc: Document) -> str:
+    """One self-contained page: no external files, scripts or fonts (the appendix is linked)."""
+    return _render("html", doc.title, _views(doc.title, doc.blocks))
+
+
+def appendix_html(doc: Document) -> str:
+    title = f"{doc.title}: appendix"
+    return _render("html", title, _views(title, doc.appendix))
 
 
 def write(doc: Document, out_dir: Path) -> list[Path]:
