@@ -71,13 +71,18 @@ def package_copy(tmp_path: Path) -> Path:
     return copy
 
 
-def test_package_digest_depends_on_py_paths_and_bytes_only(package_copy: Path,
+def test_package_digest_depends_on_code_and_templates_only(package_copy: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     original = package_digest()
     monkeypatch.setattr(hashing, "PACKAGE_ROOT", package_copy)
     assert package_digest() == original  # location does not matter
     (package_copy / "notes.txt").write_text("not code")
     assert package_digest() == original
+    page = package_copy / "report" / "templates" / "page.md"
+    form = page.read_text()
+    page.write_text(form + "\n")
+    assert package_digest() != original  # a template is the report's code
+    page.write_text(form)
     errors = package_copy / "errors.py"
     text = errors.read_text()
     errors.write_text(text + "\n")
@@ -126,4 +131,15 @@ def test_stage_code_digest_changes_only_with_code_the_stage_can_run(fake_package
     _write(fake_package, "unrelated.py", "Y = 3\n")
     assert stage_code_digest(["int8alibi.stages.faults"]) == before
     _write(fake_package, "arith/bf16.py", "from ..errors import E\ndef r(): return 1\n")
+    assert stage_code_digest(["int8alibi.stages.faults"]) != before
+
+
+def test_stage_code_digest_counts_the_templates_of_the_packages_it_runs(fake_package: Path) -> None:
+    _write(fake_package, "arith/templates/form.md", "{{ x }}\n")
+    _write(fake_package, "unrelated_pkg/__init__.py", "")
+    _write(fake_package, "unrelated_pkg/templates/other.md", "a\n")
+    before = stage_code_digest(["int8alibi.stages.faults"])
+    _write(fake_package, "unrelated_pkg/templates/other.md", "b\n")
+    assert stage_code_digest(["int8alibi.stages.faults"]) == before
+    _write(fake_package, "arith/templates/form.md", "{{ y }}\n")
     assert stage_code_digest(["int8alibi.stages.faults"]) != before

@@ -18,16 +18,14 @@ from __future__ import annotations
 import ast
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from . import hashing
-from .hashing import imported_names, module_closure, module_file, sha256_bytes
+from .hashing import TEMPLATES, imported_names, module_closure, module_file, package_templates, sha256_bytes
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _CLOSURES = "closures"  # the cache's entry of closures: {"stamp": ..., "modules": {module: {path: digest}}}
-TEMPLATES = "templates"  # a package's folder of templates, beside its __init__.py
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -119,13 +117,6 @@ class CodeDigests:
         tmp = self.cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.used, sort_keys=True, indent=0))
         os.replace(tmp, self.cache)
-
-
-def package_templates(root: Path, modules: Iterable[str]) -> list[Path]:
-    """Every file under the ``templates/`` folder of each package among ``modules`` (paths relative to
-    ``root``, the package root, as ``module_closure`` gives them), sorted."""
-    folders = {root / Path(rel).parent / TEMPLATES for rel in modules if Path(rel).name == "__init__.py"}
-    return sorted(path for folder in folders if folder.is_dir() for path in folder.rglob("*") if path.is_file())
 
 
 def package_stamp() -> str:

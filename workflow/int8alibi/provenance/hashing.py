@@ -102,13 +102,13 @@ def sha256_tree(root: str | os.PathLike[str]) -> str:
     return listing_digest(tree_hashes(root))
 
 
+TEMPLATES = "templates"  # a package's folder of templates, beside its __init__.py
+
+
 def package_digest() -> str:
-    """Digest of every ``.py`` file of the installed int8alibi package (paths and bytes)."""
-    hashes = {
-        path.relative_to(PACKAGE_ROOT).as_posix(): sha256_file(path)
-        for path in PACKAGE_ROOT.rglob("*.py")
-    }
-    return listing_digest(hashes)
+    """Digest of every ``.py`` file and template of the installed int8alibi package (paths and bytes)."""
+    files = [*PACKAGE_ROOT.rglob("*.py"), *(p for p in PACKAGE_ROOT.rglob(f"{TEMPLATES}/*") if p.is_file())]
+    return listing_digest({path.relative_to(PACKAGE_ROOT).as_posix(): sha256_file(path) for path in files})
 
 
 def module_file(name: str) -> Path | None:
@@ -174,6 +174,17 @@ def module_closure(module_names: Iterable[str],
     return sorted(path.relative_to(PACKAGE_ROOT).as_posix() for path in seen.values())
 
 
+def package_templates(root: Path, modules: Iterable[str]) -> list[Path]:
+    """Every file under the ``templates/`` folder of each package among ``modules`` (paths relative to
+    ``root``, the package root, as ``module_closure`` gives them), sorted: a template is code the
+    package runs (the report's page form), so it counts wherever the package's modules do."""
+    folders = {root / Path(rel).parent / TEMPLATES for rel in modules if Path(rel).name == "__init__.py"}
+    return sorted(path for folder in folders if folder.is_dir() for path in folder.rglob("*") if path.is_file())
+
+
 def stage_code_digest(module_names: Iterable[str]) -> str:
-    """Digest of exactly the package code the given modules can run (see ``module_closure``)."""
-    return listing_digest({rel: sha256_file(PACKAGE_ROOT / rel) for rel in module_closure(module_names)})
+    """Digest of exactly the package code the given modules can run (see ``module_closure``), their
+    packages' templates included."""
+    modules = module_closure(module_names)
+    files = [PACKAGE_ROOT / rel for rel in modules] + package_templates(PACKAGE_ROOT, modules)
+    return listing_digest({path.relative_to(PACKAGE_ROOT).as_posix(): sha256_file(path) for path in files})
