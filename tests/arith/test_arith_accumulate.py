@@ -155,16 +155,22 @@ def test_numpy_blas_follows_torchs_thread_count_and_falls_back_to_torch(monkeypa
     """The CPU chunk products run in numpy's OpenBLAS at torch's intra-op thread count (more threads
     than the job was given would fight side-by-side jobs for cores); without that BLAS, torch's
     matmul gives the same integers."""
-    import ctypes
+    import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS beside numpy's: it must stay untouched)
+    from threadpoolctl import threadpool_info
 
     from int8alibi.arith import accumulate
 
     blas = accumulate._numpy_blas()
     if blas is None:
         pytest.skip("not applicable: this numpy is not built on scipy-openblas")
-    get_threads = next(getattr(blas.library, f"scipy_openblas_get_num_threads{suffix}")
-                       for suffix in ("64_", "") if hasattr(blas.library, f"scipy_openblas_get_num_threads{suffix}"))
-    get_threads.restype = ctypes.c_int
+    [mine] = [info["filepath"] for info in blas.controller.info()]
+    assert "numpy.libs" in mine
+
+    def threads_of(path: str) -> int:
+        return next(int(info["num_threads"]) for info in threadpool_info() if info["filepath"] == path)
+
+    others = {info["filepath"]: info["num_threads"] for info in threadpool_info()
+              if info["internal_api"] == "openblas" and info["filepath"] != mine}
     gen = torch.Generator().manual_seed(11)
     a = torch.randint(-128, 128, (9, 1024), generator=gen, dtype=torch.int8)
     w = torch.randint(-128, 128, (6, 1024), generator=gen, dtype=torch.int8)
@@ -175,7 +181,8 @@ def test_numpy_blas_follows_torchs_thread_count_and_falls_back_to_torch(monkeypa
         for threads in (1, 2):
             torch.set_num_threads(threads)
             assert torch.equal(exact_accumulator(a, w, path="fp32"), reference)
-            assert get_threads() == threads
+            assert threads_of(mine) == threads
+            assert {path: threads_of(path) for path in others} == others
     finally:
         torch.set_num_threads(before)
     monkeypatch.setattr(accumulate, "_numpy_blas", lambda: None)

@@ -98,12 +98,25 @@ def test_held_out_error_is_computed_on_left_out_k_only() -> None:
     assert F.held_out_rmse("constant", GRID, p) > F.fit("constant", GRID, p).rmse
 
 
-def test_t_quantiles() -> None:
-    assert F.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-3)
-    assert F.t_quantile(0.975, 4) == pytest.approx(2.7764, abs=1e-4)
-    assert F.t_quantile(0.975, 10_000) == pytest.approx(1.9600, abs=1e-3)
-    with pytest.raises(InputError):
-        F.t_quantile(0.4, 3)
+def test_jackknife_interval_is_full_plus_minus_students_t_times_se() -> None:
+    """Two estimates 1 and 2: SE 0.5 on 1 df, so the 95% half-width is 0.5 * t(0.975, 1) = 0.5 * 12.7062
+    (the table value); at 5 estimates, 4 df, t(0.975, 4) = 2.7764."""
+    se, lower, upper = F.jackknife([1.0, 2.0], 10.0, 0.95)
+    assert se == pytest.approx(0.5)
+    assert (lower, upper) == pytest.approx((10.0 - 0.5 * 12.7062, 10.0 + 0.5 * 12.7062), abs=1e-4)
+    five = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    se, lower, upper = F.jackknife(five, 2.0, 0.95)
+    assert se == pytest.approx(math.sqrt(4 / 5 * 10))
+    assert upper - 2.0 == pytest.approx(se * 2.7764, rel=1e-4)
+    for level in (0.0, 1.0, 1.5):
+        with pytest.raises(InputError, match="level"):
+            F.jackknife(five, 2.0, level)
+
+
+def test_a_fit_that_does_not_converge_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(F, "_MAX_EVALUATIONS", 1)
+    with pytest.raises(InputError, match="generalized-saturation did not converge"):
+        F.fit("generalized-saturation", GRID, 0.01 + 0.05 * np.log(GRID))  # not its own curve: steps needed
 
 
 def test_chi_square_against_a_hand_computed_table() -> None:

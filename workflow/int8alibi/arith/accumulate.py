@@ -9,7 +9,6 @@ takes the fastest exact route it can prove (``_OneDnnInt8``, ``_NumpyBlas``).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import weakref
 from collections import OrderedDict
@@ -18,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 from ..errors import InputError
 from .bounds import F32_EXACT_BOUND, F64_EXACT_BOUND, INT8_PRODUCT_MAX, INT32_LIMIT
@@ -93,29 +93,28 @@ class _NumpyBlas:
     thread per core in every process, and side-by-side jobs would fight over the cores.
     """
 
-    def __init__(self, library: ctypes.CDLL, suffix: str) -> None:
-        self.library = library
-        self._set_threads = getattr(library, f"scipy_openblas_set_num_threads{suffix}")
-        self._set_threads.argtypes, self._set_threads.restype = [ctypes.c_int], None
+    def __init__(self, controller: ThreadpoolController) -> None:
+        self.controller = controller  # threadpoolctl's handle on numpy's OpenBLAS alone
         self._threads = 0
 
     def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         threads = torch.get_num_threads()
         if threads != self._threads:
-            self._set_threads(threads)
+            self.controller.limit(limits=threads)
             self._threads = threads
         return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
 
 
 @functools.cache
 def _numpy_blas() -> _NumpyBlas | None:
-    """numpy's OpenBLAS (the wheels' scipy-openblas), or None where numpy was built otherwise."""
-    for path in sorted((Path(np.__file__).parent.parent / "numpy.libs").glob("libscipy_openblas*.so*")):
-        library = ctypes.CDLL(str(path))  # already loaded by numpy: the same library, not a second copy
-        for suffix in ("64_", ""):  # the 64-bit-integer build's symbols, then the 32-bit one's
-            if hasattr(library, f"scipy_openblas_set_num_threads{suffix}"):
-                return _NumpyBlas(library, suffix)
-    return None
+    """numpy's OpenBLAS (the wheels' scipy-openblas), or None where numpy was built otherwise.
+
+    Chosen by folder, not only by kind: SciPy's wheels load an OpenBLAS of their own, which this
+    module neither uses nor limits."""
+    bundled = (Path(np.__file__).parent.parent / "numpy.libs").resolve()
+    openblas = ThreadpoolController().select(internal_api="openblas")
+    paths = [info["filepath"] for info in openblas.info() if Path(info["filepath"]).resolve().parent == bundled]
+    return _NumpyBlas(openblas.select(filepath=paths)) if paths else None
 
 
 # torch's CPU probes for int8 dot-product instructions, the ones oneDNN's fast int8 GEMM needs.
