@@ -19,7 +19,7 @@ from int8alibi.protocol import load
 from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
-from int8alibi.stages.perplexity import MODELS, _gate, analyse
+from int8alibi.analysis.perplexity import MODELS, _gate, analyse
 from int8alibi.stages.perplexity import run as perplexity_stage
 
 ROOT = Path(__file__).resolve().parents[2]
