@@ -21,13 +21,13 @@ import yaml
 
 from ..errors import Int8AlibiError, ProtocolError
 from ..printable import printable
-from .chain import amendment_name, read_amendments, verify_chain
-from .gate import gate, refuse_protocol_links
-from .history import check_dates, check_history
-from .load import load
+from ..protocol.chain import amendment_name, read_amendments, verify_chain
+from ..protocol.gate import gate, refuse_protocol_links
+from ..protocol.history import check_dates, check_history
+from ..protocol.load import load
+from ..protocol.pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
+from ..protocol.schema import parse_yaml, validate
 from ..provenance.environment import made_in
-from .pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
-from .schema import parse_yaml, validate
 
 STATUSES = ("pre-data", "post-data")
 
