@@ -76,6 +76,7 @@ class Artifact:
 
 
 def read_artifact(runs: Path, arm: str, checkpoint: str, run: int) -> Artifact:
+    """One artifact, trusted only where it lies where its identity says and every sequence matches its digest."""
     table_path, identity_path = artifact_paths(artifact_dir(runs, arm, checkpoint, run))
     if not table_path.is_file():
         raise InputError(f"{table_path}: generate artifact missing (arm {arm}, checkpoint {checkpoint}, run {run})")

@@ -118,6 +118,41 @@ def _stat_row(s: PairStats) -> dict[str, Any]:
             "median_relative_difference": s.median_relative_difference}
 
 
+def _measure(names: Sequence[str], runners: Mapping[str, Runner], q: Quantized, fmt: str,
+             outputs: dict[tuple[str, str], tuple[torch.Tensor, bool]], emulators: Mapping[str, Any],
+             fraction: float, edges: Sequence[int]) -> tuple[PairStats, dict[str, Any]]:
+    """One pair on one K's operands: its statistics and counts fields (each arm run twice, once per K and
+    format, its outputs kept in ``outputs`` for the other pairs; INT8 arms checked against their emulation)."""
+    for name in names:
+        if (fmt, name) not in outputs:
+            first, second = runners[name](q), runners[name](q)
+            outputs[(fmt, name)] = (first, bits_equal(first, second))
+    (ya, rep_a), (yb, rep_b) = outputs[(fmt, names[0])], outputs[(fmt, names[1])]
+    s = compare(ya, yb, near_zero_fraction=fraction, edges=edges)
+    fields: dict[str, Any] = {**_stat_row(s), "a_repeatable": rep_a, "b_repeatable": rep_b}
+    if fmt == "int8":
+        for side, name, y in (("a", names[0], ya), ("b", names[1], yb)):
+            emulated = emulators[EMULATION_OF[name]].scaled_mm(q.a_q, q.w_q, q.s_a, q.s_w)
+            fields[f"{side}_equals_emulation"] = bits_equal(y, emulated)
+    return s, fields
+
+
+def _ulp_rows(pair: str, k: int, seed: int, s: PairStats, edges: Sequence[int]) -> list[dict[str, Any]]:
+    return [{"pair": pair, "k": k, "seed": seed, "region": region, "bin_lower": lo, "bin_upper": hi, "count": count}
+            for region, hist in s.histogram.items() for (lo, hi), count in zip(bin_labels(edges), hist)]
+
+
+def _status_evidence(spec: Mapping[str, Any],
+                     chosen: Mapping[str, tuple[list[str], dict[str, Runner] | None, str]]) -> list[dict[str, Any]]:
+    """The libraries, then each pair's status and arms."""
+    evidence = [{"pair": "*", "arm": "*", "item": key, "value": value} for key, value in library_evidence().items()]
+    for p in spec["pairs"]:
+        names, _, status = chosen[p["id"]]
+        evidence.append({"pair": p["id"], "arm": "*", "item": "status", "value": status})
+        evidence.append({"pair": p["id"], "arm": "*", "item": "arms", "value": ",".join(names)})
+    return evidence
+
+
 def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                                     list[dict[str, Any]]]:
     """(counts rows, ulp rows, evidence rows) of the whole grid; pairs that cannot run get status rows."""
@@ -127,11 +162,7 @@ def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str,
     chosen = {p["id"]: choose_arms(p, device) for p in spec["pairs"]}
     counts: list[dict[str, Any]] = []
     ulps: list[dict[str, Any]] = []
-    evidence = [{"pair": "*", "arm": "*", "item": key, "value": value} for key, value in library_evidence().items()]
-    for p in spec["pairs"]:
-        names, _, status = chosen[p["id"]]
-        evidence.append({"pair": p["id"], "arm": "*", "item": "status", "value": status})
-        evidence.append({"pair": p["id"], "arm": "*", "item": "arms", "value": ",".join(names)})
+    evidence = _status_evidence(spec, chosen)
     emulators = {}
     if device.type == "cuda" and torch.cuda.is_available():
         from ..kernels.registry import get
@@ -154,26 +185,12 @@ def sweep(spec: Mapping[str, Any], device: torch.device) -> tuple[list[dict[str,
                 if fmt not in operands:
                     operands[fmt] = quantize(d, k, fmt, device)
                 q = operands[fmt]
-                for name in names:
-                    if (fmt, name) not in outputs:
-                        first, second = runners[name](q), runners[name](q)
-                        outputs[(fmt, name)] = (first, bits_equal(first, second))
-                (ya, rep_a), (yb, rep_b) = outputs[(fmt, names[0])], outputs[(fmt, names[1])]
-                s = compare(ya, yb, near_zero_fraction=fraction, edges=edges)
-                row.update(_stat_row(s), operand_digest=digest, a_repeatable=rep_a, b_repeatable=rep_b)
-                if fmt == "int8":
-                    for side, name, y in (("a", names[0], ya), ("b", names[1], yb)):
-                        emulated = emulators[EMULATION_OF[name]].scaled_mm(q.a_q, q.w_q, q.s_a, q.s_w)
-                        row[f"{side}_equals_emulation"] = bits_equal(y, emulated)
-                counts.append(row)
-                for region, hist in s.histogram.items():
-                    for (lo, hi), count in zip(bin_labels(edges), hist):
-                        ulps.append({"pair": p["id"], "k": k, "seed": seed, "region": region, "bin_lower": lo,
-                                     "bin_upper": hi, "count": count})
+                s, fields = _measure(names, runners, q, fmt, outputs, emulators, fraction, edges)
+                counts.append({**row, **fields, "operand_digest": digest})
+                ulps += _ulp_rows(p["id"], k, seed, s, edges)
                 if seed == seeds[0] and k == spec["models"]["exponent_interval"]["half_split_k"]:
-                    for name in names:
-                        evidence.append({"pair": p["id"], "arm": name, "item": f"cuda_kernels_at_k{k}",
-                                         "value": kernel_names(runners[name], q)})
+                    evidence += [{"pair": p["id"], "arm": name, "item": f"cuda_kernels_at_k{k}",
+                                  "value": kernel_names(runners[name], q)} for name in names]
                 log.info("%s K=%d seed=%d: %d of %d differ (%.4g%%), max ulp %s", p["id"], k, seed, s.differing,
                          s.elements, 100 * s.prevalence, s.max_ulp)
     return counts, ulps, evidence
