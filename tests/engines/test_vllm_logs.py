@@ -1,7 +1,7 @@
 """Kernel-selection parsing against vLLM's own logs, captured on the H200 with vLLM 0.26.0.
 
 The fixtures are the complete logs of one generate process per arm (own checkpoint, run 1), as
-``python -m int8alibi.engines.vllm_study --logs-to DIR`` copies them (captured 2026-12-02 on an
+``python -m int8alibi.tools.vllm_study --logs-to DIR`` copies them (captured 2026-12-02 on an
 H200, the synthetic Qwen3-1.7B-shaped parent's own W8A8 checkpoint): lines vLLM wrote itself, not
 written by hand.
 """

@@ -135,9 +135,9 @@ def test_emulations_give_the_same_bits_on_cpu_and_gpu_at_the_boundaries(order: s
 
 @gpu
 def test_validate_gpu_reports_no_failure(record_property) -> None:
-    """``python -m int8alibi.kernels.validate_gpu`` as a test: every check passes or is not applicable;
+    """``python -m int8alibi.tools.validate_gpu`` as a test: every check passes or is not applicable;
     not applicable is reported on its own (a warning and a property), never counted as passed."""
-    from int8alibi.kernels.validate_gpu import VLLM_PAIR, summarize, validate
+    from int8alibi.tools.validate_gpu import VLLM_PAIR, summarize, validate
 
     for name in REAL_ARMS:
         arm_or_skip(name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import gate, load, pinned_data_digest, verify_data_pin
-from int8alibi.protocol.amend import amend, main
+from int8alibi.tools.amend import amend, main
 from int8alibi.protocol.chain import read_amendments
 from int8alibi.protocol.pins import STAGE_FILES
 from int8alibi.protocol.schema import read_yaml

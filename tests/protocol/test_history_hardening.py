@@ -14,7 +14,7 @@ import yaml
 
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import gate
-from int8alibi.protocol.amend import amend, main
+from int8alibi.tools.amend import amend, main
 from int8alibi.protocol.history import check_dates
 from int8alibi.protocol.chain import read_amendments
 

@@ -11,7 +11,7 @@ import pytest
 
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import gate
-from int8alibi.protocol.amend import amend
+from int8alibi.tools.amend import amend
 
 from .conftest import amendment_paths, commit_all
 

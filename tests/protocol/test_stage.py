@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from int8alibi.config import load_config
 from int8alibi.errors import ProtocolError
-from int8alibi.protocol.amend import amend
+from int8alibi.tools.amend import amend
 from int8alibi.protocol.schema import read_yaml
 from int8alibi.protocol.pins import STAGE_FILES
 from int8alibi.stages.protocol import run

@@ -79,7 +79,7 @@ def _positions(rng: np.random.Generator) -> pd.DataFrame:
 
 
 def _tokens(results: Path, rng: np.random.Generator) -> None:
-    from int8alibi.stages.tokens import Outcome, influence_table, predictor_table
+    from int8alibi.tokens.study import Outcome, influence_table, predictor_table
 
     positions = _positions(rng)
     outcomes = {("kernels", r): Outcome("kernels", r, [part]) for r, part in positions.groupby("regime")}

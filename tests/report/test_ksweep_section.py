@@ -16,6 +16,7 @@ from int8alibi.protocol import load
 from int8alibi.report import ksweep, svg
 from int8alibi.report.document import Figure, Paragraph, Table
 from int8alibi.report.sections import Tables
+from int8alibi.ksweep import sweep
 from int8alibi.stages import ksweep as stage
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_not_run_tables_say_so_and_draw_nothing(tmp_path: Path, paper: dict,
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     stage.run(None, tmp_path / "ksweep", project_root=PROJECT)  # type: ignore[arg-type]
     blocks = ksweep.section(Tables(tmp_path), paper)
-    assert f"every pair says {stage.NO_GPU}" in _texts(blocks)
+    assert f"every pair says {sweep.NO_GPU}" in _texts(blocks)
     assert not any(isinstance(b, Figure) for b in blocks)
 
 
@@ -54,15 +55,15 @@ def _write_measured(tmp_path: Path, spec: dict, counts: pd.DataFrame) -> None:
 
     out = tmp_path / "ksweep"
     out.mkdir()
-    write_table(counts, out / "counts.parquet", stage.COUNTS_SCHEMA, stage.COUNTS_KEY)
+    write_table(counts, out / "counts.parquet", sweep.COUNTS_SCHEMA, sweep.COUNTS_KEY)
     evidence = [{"pair": "*", "arm": "*", "item": "device", "value": "NVIDIA H200"},
                 {"pair": "*", "arm": "*", "item": "compute_capability", "value": "sm_90"}]
-    write_table(stage.frame(evidence, stage.EVIDENCE_SCHEMA), out / "evidence.parquet", stage.EVIDENCE_SCHEMA,
-                stage.EVIDENCE_KEY)
-    rows, selected = stage.model_rows(spec, counts)
-    write_table(stage.frame(rows, stage.FITS_SCHEMA), out / "fits.parquet", stage.FITS_SCHEMA, stage.FITS_KEY)
-    write_table(stage.frame(stage.summary_rows(spec, counts, selected), stage.SUMMARY_SCHEMA),
-                out / "summary.parquet", stage.SUMMARY_SCHEMA, stage.SUMMARY_KEY)
+    write_table(sweep.frame(evidence, sweep.EVIDENCE_SCHEMA), out / "evidence.parquet", sweep.EVIDENCE_SCHEMA,
+                sweep.EVIDENCE_KEY)
+    rows, selected = sweep.model_rows(spec, counts)
+    write_table(sweep.frame(rows, sweep.FITS_SCHEMA), out / "fits.parquet", sweep.FITS_SCHEMA, sweep.FITS_KEY)
+    write_table(sweep.frame(sweep.summary_rows(spec, counts, selected), sweep.SUMMARY_SCHEMA),
+                out / "summary.parquet", sweep.SUMMARY_SCHEMA, sweep.SUMMARY_KEY)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def spec() -> dict:
 
 
 def test_measured_tables_give_both_figures_naming_the_device(tmp_path: Path, spec: dict, paper: dict) -> None:
-    from tests.stages.test_ksweep import _synthetic_counts
+    from tests.ksweep.test_sweep import _synthetic_counts
 
     counts = _synthetic_counts(spec)
     _write_measured(tmp_path, spec, counts)
@@ -92,7 +93,7 @@ def test_measured_tables_give_both_figures_naming_the_device(tmp_path: Path, spe
 
 def test_every_pair_is_shown_and_the_paper_stands_beside_the_comparator_only(tmp_path: Path, spec: dict,
                                                                               paper: dict) -> None:
-    from tests.stages.test_ksweep import _synthetic_counts
+    from tests.ksweep.test_sweep import _synthetic_counts
 
     counts = _synthetic_counts(spec)
     _write_measured(tmp_path, spec, counts)
@@ -120,7 +121,7 @@ def test_every_pair_is_shown_and_the_paper_stands_beside_the_comparator_only(tmp
     assert len(int8_k) == len(spec["grid"]["k"])
 
 
-def _row(pair: str, k: int, seed: int, status: str = stage.RUN, **measured: Any) -> dict[str, Any]:
+def _row(pair: str, k: int, seed: int, status: str = sweep.RUN, **measured: Any) -> dict[str, Any]:
     return {"pair": pair, "format": pair.split("-")[0], "k": k, "seed": seed, "arm_a": "x", "arm_b": "y",
             "status": status, "m": 4, "n": 16, **measured}
 
@@ -136,7 +137,7 @@ def test_per_k_estimators_against_their_definitions() -> None:
     rows += [_row("fp8-a", 1024, s, elements=64, differing=0, prevalence=0.0, differing_non_near_zero=0,
                   ge2_ulp_non_near_zero=0) for s in range(3)]
     rows += [_row("fp8-b", 512, 0, status="not run: vLLM absent")]
-    table = ksweep.per_k(stage.frame(rows, stage.COUNTS_SCHEMA)).set_index(["pair", "k"])
+    table = ksweep.per_k(sweep.frame(rows, sweep.COUNTS_SCHEMA)).set_index(["pair", "k"])
     assert list(table.index) == [("fp8-a", 512), ("fp8-a", 1024)]
     r = table.loc[("fp8-a", 512)]
     defined = [m for m in maxima if m is not None]
@@ -156,7 +157,7 @@ def test_per_k_estimators_against_their_definitions() -> None:
 def _ran(*pairs: str, not_run: tuple[str, ...] = ()) -> pd.DataFrame:
     rows = [_row(p, 512, 0, prevalence=0.1) for p in pairs] + [_row(p, 512, 0, "not run: vLLM absent")
                                                                for p in not_run]
-    return stage.frame(rows, stage.COUNTS_SCHEMA)
+    return sweep.frame(rows, sweep.COUNTS_SCHEMA)
 
 
 @pytest.mark.parametrize("rows", [("fp8-scaledmm-cutlass", "fp8-cutlass-triton"),
@@ -183,12 +184,12 @@ def test_a_pair_that_did_not_run_is_skipped(paper: dict) -> None:
 
 
 def _tables(spec: dict, counts: pd.DataFrame) -> pd.DataFrame:
-    _, selected = stage.model_rows(spec, counts)
-    return stage.frame(stage.summary_rows(spec, counts, selected), stage.SUMMARY_SCHEMA)
+    _, selected = sweep.model_rows(spec, counts)
+    return sweep.frame(sweep.summary_rows(spec, counts, selected), sweep.SUMMARY_SCHEMA)
 
 
 def test_direction_on_the_comparator_pairs(spec: dict, paper: dict) -> None:
-    from tests.stages.test_ksweep import _synthetic_counts
+    from tests.ksweep.test_sweep import _synthetic_counts
 
     counts = _synthetic_counts(spec)
     summary = _tables(spec, counts)
@@ -206,7 +207,7 @@ def test_direction_on_the_comparator_pairs(spec: dict, paper: dict) -> None:
 
 
 def test_direction_fails_when_int8_rises_or_the_fp8_comparator_is_flat(spec: dict, paper: dict) -> None:
-    from tests.stages.test_ksweep import _synthetic_counts
+    from tests.ksweep.test_sweep import _synthetic_counts
 
     counts = _synthetic_counts(spec)
     rising = counts.copy()

@@ -19,7 +19,7 @@ import yaml
 from int8alibi.config import Config, load_config
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.kernels.layer_operands import ModelShapes, Operands, synthetic_layers
-from int8alibi.protocol.amend import amend
+from int8alibi.tools.amend import amend
 from int8alibi.protocol.pins import predictions_pin
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table, write_table

@@ -13,13 +13,8 @@ from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
-from int8alibi.stages.prefill_decode import (
-    DIVERGENCE_SCHEMA,
-    SUMMARY_SCHEMA,
-    divergence_frame,
-    run as prefill_decode,
-    summary,
-)
+from int8alibi.engines.prefill_decode import DIVERGENCE_SCHEMA, SUMMARY_SCHEMA, divergence_frame, summary
+from int8alibi.stages.prefill_decode import run as prefill_decode
 from int8alibi.tokens.margin import cluster_bootstrap_rate
 
 ROOT = Path(__file__).resolve().parents[2]

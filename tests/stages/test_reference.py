@@ -27,6 +27,7 @@ from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import reference, requant
 from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
 from int8alibi.quant import gate as requant_gate
+from int8alibi.quant import requant as requant_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_PYTHON = ROOT / LLMCOMPRESSOR_VENV / "bin" / "python"
@@ -142,7 +143,7 @@ def test_a_one_byte_change_to_the_reference_stops_the_run_at_the_gate(made, tmp_
 def test_a_reference_changed_after_its_manifest_is_refused(made, tmp_path: Path):
     stage, _, _ = _one_byte_changed(made, tmp_path)
     with pytest.raises(InputError, match="files differ from those its manifest .* records"):
-        requant.tool_reference(stage / "manifest.json")
+        requant_rule.tool_reference(stage / "manifest.json")
 
 
 def test_outside_llm_compressors_environment_the_stage_names_it(tmp_path: Path):

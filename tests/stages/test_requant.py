@@ -20,6 +20,7 @@ from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.stages import requant
 from int8alibi.quant import gate as requant_gate
+from int8alibi.quant import requant as requant_rule
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "llmcompressor"
@@ -54,7 +55,7 @@ def test_gate_passes_on_llm_compressor_checkpoint(passed: Path):
     table = pd.read_parquet(passed / "gate.parquet")
     assert len(table) == 14 * 4 and set(table.arm) == set(CHECKPOINT_VARIANTS)
     own = table[table.arm == "own"]
-    label = requant.committed_reference(FIXTURE / "quantized").label
+    label = requant_rule.committed_reference(FIXTURE / "quantized").label
     assert label.startswith(f"committed {FIXTURE / 'quantized'} (files sha256 ")
     assert own.bytes_equal.all() and (own.reference == label).all() and (own.differing_int8 == 0).all()
     assert set(table.gate) == {requant_gate.GATE_PASSED}
@@ -152,7 +153,7 @@ def test_protocol_pinning_another_rule_is_refused(tmp_path: Path):
     thresholds["weight_quantization"]["scale_divisor"] = 127
     (protocol / "thresholds.yaml").write_text(yaml.safe_dump(thresholds))
     with pytest.raises(ProtocolError, match="scale_divisor is 127, but the implemented rule uses 127.5"):
-        requant.pinned_division(protocol)
+        requant_rule.pinned_division(protocol)
 
 
 def test_checkpoint_of_another_parent_fails_the_gate(tmp_path: Path):

@@ -8,7 +8,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
@@ -24,15 +23,16 @@ from int8alibi.provenance.hashing import sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.provenance.parquet import read_table
 from int8alibi.stages import tokens as stage
+from int8alibi.tokens import study
 from int8alibi.tokens.check7 import Check7Rule
-from int8alibi.tokens.inject import Cell, InjectionArm
+from int8alibi.tokens.inject import InjectionArm, cells
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["exact-cutlass-order", "exact-triton-order"]
 PROTOCOL = load(ROOT / "preregistration")
-SIZES = stage.sizes(PROTOCOL.tokens, "tiny")
-TABLES = {"positions": stage.POSITIONS_SCHEMA, "pairs": stage.PAIRS_SCHEMA, "predictor": stage.PREDICTOR_SCHEMA,
-          "check7": stage.CHECK7_SCHEMA}
+SIZES = study.sizes(PROTOCOL.tokens, "tiny")
+TABLES = {"positions": study.POSITIONS_SCHEMA, "pairs": study.PAIRS_SCHEMA, "predictor": study.PREDICTOR_SCHEMA,
+          "check7": study.CHECK7_SCHEMA}
 
 
 # analysis.yaml's reading rule written out by hand: (prediction, fired) -> score on an applicable check
@@ -168,128 +168,29 @@ def test_a_precondition_fault_whose_model_fails_closed_is_not_applicable(pipe: C
                 raise InputError(f"{self.layer} input: 3 non-finite element(s); no int8 scale represents them")
             return super().scaled_mm(a_q, w_q, s_a, s_w)
 
-    monkeypatch.setattr(stage, "InjectionArm", FailsClosed)
+    monkeypatch.setattr(study, "InjectionArm", FailsClosed)
     cpu = torch.device("cpu")
     arms = (get(ARMS[0], cpu), get(ARMS[1], cpu))
     engine = load_w8a8(pipe, checkpoint_dir(pipe.results / "requant" / "gate.parquet", "own"), arms[0], cpu, "own")
-    replay = stage.RegimeReplay(engine.model, arms, "own", "own", CampaignSettings.from_protocol(PROTOCOL), cpu)
+    replay = study.RegimeReplay(engine.model, arms, "own", "own", CampaignSettings.from_protocol(PROTOCOL), cpu)
     replay.window(0, torch.arange(100, 100 + SIZES.tokens), inject=True)
     f6 = replay.outcomes["F6 all"]
     assert f6.failure is not None and "non-finite" in f6.failure and not f6.frames
     assert replay.outcomes["F7 all"].failure is None and replay.outcomes["F7 all"].frames
     table = {(e["fault"], e["severity"], e["regime"]): e for e in PROTOCOL.tokens["predictions"]["injection"]}
-    rows = stage.check7_table({(k, "own"): v for k, v in replay.outcomes.items()},
-                              [c for c in stage.cells("own") if c.fault in ("F6", "F7")], table,
+    rows = study.check7_table({(k, "own"): v for k, v in replay.outcomes.items()},
+                              [c for c in cells("own") if c.fault in ("F6", "F7")], table,
                               Check7Rule.from_protocol(PROTOCOL.tokens), {"own": "own"})
     f6_row = rows[rows["fault"] == "F6"].iloc[0]
     assert (f6_row["applicable"], f6_row["fired"], f6_row["score"]) == (False, None, "not-applicable")
     assert f6_row["reason"].startswith("not applicable: window 0: the faulted model failed closed")
 
 
-def positions_frame(label: str, regime: str, window: int, flips: dict[int, float], changed: int,
-                    n: int = 20) -> pd.DataFrame:
-    """``n`` positions of one window; ``flips`` maps a position to its reference margin (every other
-    position keeps the top-1 token at margin 3.0); the first ``changed`` positions' logits changed."""
-    margin = np.full(n, 3.0)
-    flip = np.zeros(n, dtype=bool)
-    for pos, m in flips.items():
-        margin[pos], flip[pos] = m, True
-    moved = np.arange(n) < changed
-    return pd.DataFrame({"comparison": label, "regime": regime, "checkpoint": regime, "window": np.full(n, window, np.int32),
-                         "position": np.arange(n, dtype=np.int32), "token": np.arange(n, dtype=np.int64), "margin": margin,
-                         "top1_a": np.zeros(n, np.int64), "top1_b": flip.astype(np.int64), "flip": flip,
-                         "logits_differ": moved, "changed": moved})
-
-
-def test_check7_table_scores_constructed_comparisons_as_derived_by_hand() -> None:
-    """Two windows of 20 positions per cell (40 positions: the budget 0.05 allows 2 flips), against a
-    constructed prediction table; every expected value below is worked out from tokens.yaml's check7
-    and analysis.yaml's reading rule, not from the code."""
-    #  fault sev    prediction  flips (window 0)       changed  | positions flips confident observable applicable fired  score
-    spec = [
-        ("F1", "one", "silent", {0: 0.5, 1: 0.5}, 3,     40, 2, 0, True, True, False, "TN"),   # 2/40 = budget: within
-        ("F1", "pct", "fire", {0: 0.1, 1: 0.2, 2: 0.3}, 3, 40, 3, 0, True, True, True, "TP"),   # 3/40 above the budget
-        ("F1", "all", "silent", {4: 1.0}, 1,              40, 1, 1, True, True, True, "FP"),    # margin 1.0 is confident
-        ("F2", "one", "fire", {}, 5,                     40, 0, 0, True, True, False, "FN"),
-        ("F2", "pct", "fire", {}, 0,                     40, 0, 0, False, True, False, "excluded-unobservable"),
-        ("F2", "all", "silent", {0: np.nan, 1: 0.99}, 2, 40, 2, 0, True, True, False, "TN"),    # NaN, 0.99: not confident
-        ("F7", "all", "n/a", {0: 0.1, 1: 0.1, 2: 0.1, 3: 0.1, 4: 0.1}, 5, 40, 5, 0, True, True, True, "not-applicable"),
-    ]
-    outcomes, table, injected = {}, {}, []
-    for fault, sev, prediction, flips, changed, *_ in spec:
-        cell = Cell(fault, sev, "own")
-        injected.append(cell)
-        frames = [positions_frame(cell.label, "own", 0, flips, changed), positions_frame(cell.label, "own", 1, {}, 0)]
-        outcomes[(cell.label, "own")] = stage.Outcome(cell.label, "own", frames)
-        table[(fault, sev, "own")] = {"prediction": prediction, "predicted_miss": False, "observable": True}
-    f6 = Cell("F6", "all", "own")
-    injected.append(f6)
-    outcomes[(f6.label, "own")] = stage.Outcome(f6.label, "own", [], "window 0: the faulted model failed closed: x")
-    table[("F6", "all", "own")] = {"prediction": "fire", "predicted_miss": False, "observable": True}
-    rows = stage.check7_table(outcomes, injected, table, Check7Rule(1.0, 0.05, 0), {"own": "own"})
-    got = rows.set_index(["fault", "severity"])
-    for fault, sev, prediction, _, changed, positions, flips, confident, observable, applicable, fired, score in spec:
-        row = got.loc[(fault, sev)]
-        assert (row["positions"], row["changed_positions"], row["flips"], row["confident_flips"]) == (
-            positions, changed, flips, confident), (fault, sev)
-        assert (bool(row["observable"]), bool(row["applicable"]), bool(row["fired"]), row["score"]) == (
-            observable, applicable, fired, score), (fault, sev)
-        assert row["windows"] == 2 and row["fraction"] == flips / 40 and row["prediction"] == prediction
-    row = got.loc[("F6", "all")]   # failed closed: changed (observable), nothing to compare, not scored
-    assert (row["positions"], bool(row["observable"]), bool(row["applicable"]), row["fired"], row["score"]) == (
-        0, True, False, None, "not-applicable")
-    assert row["reason"] == "not applicable: window 0: the faulted model failed closed: x"
-
-
-def test_pairs_table_scores_the_kernel_pair_as_derived_by_hand() -> None:
-    """own: 3 flips in window 0 of two 20-position windows, margins below 1: 3/40 > 0.05 fires; the
-    logits differ, the pinned prediction is silent: FP. The window-cluster interval by hand: a resample
-    of two windows holds window 0 twice (rate 6/40), once (3/40) or never (0) with probabilities 1/4,
-    1/2, 1/4 (about 500 of 2000 resamples each way, far more than the 100 each 5% tail needs), so the
-    90% interval is [0, 0.15]. pow2: nothing differs: excluded as unobservable, silent."""
-    outcomes = {
-        ("kernels", "own"): stage.Outcome("kernels", "own", [
-            positions_frame("kernels", "own", 0, {3: 0.2, 9: 0.4, 15: 0.6}, 4),
-            positions_frame("kernels", "own", 1, {}, 2)]),
-        ("kernels", "pow2"): stage.Outcome("kernels", "pow2", [
-            positions_frame("kernels", "pow2", 0, {}, 0), positions_frame("kernels", "pow2", 1, {}, 0)]),
-    }
-    rows = stage.pairs_table(outcomes, ["own", "pow2"], ("arm-a", "arm-b"), PROTOCOL.tokens, Check7Rule(1.0, 0.05, 0),
-                             PROTOCOL.analysis["bootstrap"], {"own": "own", "pow2": "pow2-nearest"}).set_index("regime")
-    own, pow2 = rows.loc["own"], rows.loc["pow2"]
-    assert (own["positions"], own["differing_positions"], own["flips"], own["confident_flips"]) == (40, 6, 3, 0)
-    assert (bool(own["fired"]), own["prediction"], own["score"]) == (True, "silent", "FP")
-    assert (own["flip_rate"], own["flip_rate_low"], own["flip_rate_high"]) == (3 / 40, 0.0, 6 / 40)
-    assert (pow2["differing_positions"], pow2["flips"], bool(pow2["fired"]), pow2["score"]) == (
-        0, 0, False, "excluded-unobservable")
-    assert (pow2["flip_rate_low"], pow2["flip_rate_high"], pow2["checkpoint"]) == (0.0, 0.0, "pow2-nearest")
-
-
 def test_unknown_size_profile_and_missing_gate_fail_closed(tmp_path: Path) -> None:
     with pytest.raises(ProtocolError, match="tokens.yaml: no size profile 'huge'"):
-        stage.sizes(PROTOCOL.tokens, "huge")
+        study.sizes(PROTOCOL.tokens, "huge")
     cfg = Config(data={"model": {"source": "synthetic", "synthetic": {"preset": "tiny", "seed": 0}},
                        "size_profile": "tiny", "corpus": {"source": "synthetic"}, "device": "cpu", "arms": ARMS,
                        "exploratory": False, "results": str(tmp_path / "results")}, path=tmp_path / "config.yaml")
     with pytest.raises(InputError, match="requant gate table not found"):
         stage.run(cfg, tmp_path / "tokens", gate=tmp_path / "results" / "requant" / "gate.parquet")
-
-
-def _positions(label: str, margins: list[float], flips: list[bool], windows: list[int]) -> pd.DataFrame:
-    return pd.DataFrame({"comparison": label, "regime": "own", "window": windows, "margin": margins, "flip": flips})
-
-
-def test_influence_table_leaves_each_window_out_of_every_evaluated_comparison() -> None:
-    outcomes = {
-        (stage.KERNELS, "own"): stage.Outcome(stage.KERNELS, "own", [
-            _positions(stage.KERNELS, [0.1, 0.9], [True, False], [0, 0]),
-            _positions(stage.KERNELS, [0.5, 0.5, float("nan")], [True, False, False], [1, 1, 1])]),
-        ("F3 all", "own"): stage.Outcome("F3 all", "own", [_positions("F3 all", [0.2], [False], [0])]),  # no flip
-    }
-    table = stage.influence_table(outcomes)
-    assert table["comparison"].tolist() == [stage.KERNELS] * 2 and table["window"].tolist() == [0, 1]
-    assert table["positions"].tolist() == [2, 2]  # the non-finite margin is left out
-    # full sample: AUC of [0.1 T, 0.9 F, 0.5 T, 0.5 F] = (1 + 1 + 1 + 0.5) / 4; without window 0: the tie, 0.5
-    assert table.loc[0, "auc_without"] == pytest.approx(0.5)
-    assert table.loc[0, "auc_change"] == pytest.approx(0.5 - 0.875)
-    assert table.loc[1, "auc_without"] == 1.0 and table.loc[1, "flip_rate_change"] == pytest.approx(0.0)

@@ -33,7 +33,7 @@ def _diff() -> Entry:
 
 
 def _amend() -> Entry:
-    from .protocol.amend import main
+    from .tools.amend import main
 
     return main
 

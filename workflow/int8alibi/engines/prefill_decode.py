@@ -10,15 +10,19 @@ whether their top-1 token differs (a flip; argmax with ties to the lowest id, ``
 
 The first position whose logits differ bitwise is then attributed: both passes are run again with
 every intermediate traced at that position (``model.trace``), and the first one in execution order
-whose bits differ is named.
+whose bits differ is named. ``sequence_rows`` and ``summary`` build the two tables the
+prefill_decode stage writes, whose schemas live here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import torch
 from torch import nn
 
@@ -26,6 +30,7 @@ from ..arith.bits import bits_equal
 from .own import greedy_steps
 from ..errors import InputError
 from ..model.trace import Event, first_difference, traced
+from ..tokens.margin import cluster_bootstrap_rate
 from ..tokens.replay import Positions, compare
 
 
@@ -124,3 +129,82 @@ def _head(events: list[Event], where: str) -> torch.Tensor:
     if len(heads) != 1:
         raise InputError(f"{where}: the trace holds {len(heads)} head outputs, expected one")
     return heads[0]
+
+
+SUMMARY_SCHEMA = pa.schema([
+    pa.field("checkpoint", pa.string(), nullable=False),
+    pa.field("arm", pa.string(), nullable=False),
+    pa.field("sequences", pa.int32(), nullable=False),
+    pa.field("positions", pa.int32(), nullable=False),
+    pa.field("differing_positions", pa.int32(), nullable=False),   # bf16 logits differ in any bit
+    pa.field("flips", pa.int32(), nullable=False),                 # top-1 differs
+    pa.field("flip_rate", pa.float64(), nullable=False),
+    pa.field("flip_rate_low", pa.float64(), nullable=False),
+    pa.field("flip_rate_high", pa.float64(), nullable=False),
+    pa.field("level", pa.float64(), nullable=False),
+    pa.field("sequences_diverging", pa.int32(), nullable=False),   # sequences with a first divergence
+])
+SUMMARY_KEY = ["checkpoint", "arm"]
+DIVERGENCE_SCHEMA = pa.schema([
+    pa.field("checkpoint", pa.string(), nullable=False),
+    pa.field("arm", pa.string(), nullable=False),
+    pa.field("sequence", pa.int32(), nullable=False),
+    pa.field("positions", pa.int32(), nullable=False),
+    pa.field("differing_positions", pa.int32(), nullable=False),
+    pa.field("flips", pa.int32(), nullable=False),
+    pa.field("diverged", pa.bool_(), nullable=False),
+    pa.field("position", pa.int32(), nullable=True),        # first generated position whose logits differ
+    pa.field("flip_at_position", pa.bool_(), nullable=True),
+    pa.field("module", pa.string(), nullable=True),         # first intermediate whose bits differ there
+    pa.field("module_index", pa.int32(), nullable=True),    # its index in execution order
+    pa.field("kind", pa.string(), nullable=True),
+    pa.field("traced", pa.int32(), nullable=True),          # intermediates traced in that forward pass
+])
+DIVERGENCE_KEY = ["checkpoint", "arm", "sequence"]
+
+
+def sequence_rows(model: Any, checkpoint: str, arm: str, prompt_ids: list[list[int]], new_tokens: int,
+                  device: Any) -> list[dict[str, Any]]:
+    """One row per sequence: positions, differing positions, flips and the attributed first divergence."""
+    rows = []
+    for s, prompt in enumerate(prompt_ids):
+        where = f"prefill_decode {checkpoint}/{arm} sequence {s}"
+        tokens, decoded, _ = decode(model, prompt, new_tokens, device=device)
+        prefilled, _ = prefill(model, prompt, tokens, device=device)
+        pos = positions(decoded, prefilled)
+        first = first_differing(pos.differ)
+        row: dict[str, Any] = {
+            "checkpoint": checkpoint, "arm": arm, "sequence": s, "positions": len(tokens),
+            "differing_positions": int(pos.differ.sum()), "flips": int(pos.flip.sum()), "diverged": first is not None,
+            "position": None, "flip_at_position": None, "module": None, "module_index": None, "kind": None,
+            "traced": None,
+        }
+        if first is not None:
+            d = attribute(model, prompt, tokens, first, decoded, prefilled, device=device, where=where)
+            row.update(position=first, flip_at_position=bool(pos.flip[first]), module=d.module,
+                       module_index=d.index, kind=d.kind, traced=d.events)
+        rows.append(row)
+    return rows
+
+
+def divergence_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The rows as ``DIVERGENCE_SCHEMA``'s frame, its nullable columns keeping their nulls."""
+    return pd.DataFrame(rows, columns=DIVERGENCE_SCHEMA.names).astype(
+        {"position": "Int32", "module_index": "Int32", "traced": "Int32", "flip_at_position": "boolean"})
+
+
+def summary(divergence: pd.DataFrame, boot: dict[str, Any]) -> pd.DataFrame:
+    """Per checkpoint x arm: the flip rate over all generated positions with a sequence-cluster
+    percentile interval (``tokens.margin.cluster_bootstrap_rate``, the pinned bootstrap settings)."""
+    rows = []
+    for (checkpoint, arm), part in divergence.groupby(SUMMARY_KEY, sort=True):
+        part = part.sort_values("sequence")
+        low, high = cluster_bootstrap_rate(part["flips"].to_numpy(), part["positions"].to_numpy(),
+                                           seed=int(boot["seed"]), resamples=int(boot["resamples"]),
+                                           level=float(boot["level"]))
+        total = int(part["positions"].sum())
+        rows.append({"checkpoint": checkpoint, "arm": arm, "sequences": len(part), "positions": total,
+                     "differing_positions": int(part["differing_positions"].sum()), "flips": int(part["flips"].sum()),
+                     "flip_rate": float(part["flips"].sum()) / total, "flip_rate_low": low, "flip_rate_high": high,
+                     "level": float(boot["level"]), "sequences_diverging": int(part["diverged"].sum())})
+    return pd.DataFrame(rows, columns=SUMMARY_SCHEMA.names)

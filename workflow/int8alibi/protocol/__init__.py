@@ -1,7 +1,7 @@
 """The protocol as data: pinned files, prediction matrices, amendments and the fail-closed gate.
 
-Appending an amendment (``protocol.amend``, the ``int8alibi amend`` command) reads stage manifests
-to vouch for data pins, so it sits above ``provenance`` and is imported from its own module only.
+Appending an amendment (``tools.amend``, the ``int8alibi amend`` command) reads stage manifests
+to vouch for data pins, so it sits in the tools layer, above ``provenance``.
 """
 
 from .chain import Amendment

@@ -1,500 +1,106 @@
-"""Stage tokens: check 7 at model level — top-1 flips between arms, margin as their predictor,
-and check 7 under end-to-end fault injection (preregistration/tokens.yaml).
+"""Stage tokens: check 7 at model level (``tokens.study``): top-1 flips between arms, the margin as
+their predictor, and check 7 under end-to-end fault injection (preregistration/tokens.yaml).
 
-For each regime (checkpoint), every replay window runs once as a batch of copies: the selected
-kernel pair (arm A, arm B, and arm A again as the batch's null control) and, on the first
-injection windows, the injection's reference pipeline and one copy per fault cell (F8 is the
-second null control). F6 and F7 change both arms and can make the model fail closed, so each runs
-in a batch of its own (two copies: arm A and arm B with the fault). Per position the stage
-records both arms' top-1 tokens and the reference margin; then it scores check 7 per comparison
-against the pinned predictions, and evaluates the margin as a predictor of flips.
+The stage resolves the run's arms, checkpoints and corpus, has ``tokens.study`` replay every regime
+and build the five tables, and writes them with the manifest.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
 import torch
 
+from ..analysis.scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE
 from ..config import Config
-from ..inputs.corpus import encode, load_corpus, windows
 from ..engines.checkpoints import checkpoint_dir
-from ..engines.own import SharedParent, load_w8a8
-from ..errors import InputError, ProtocolError
 from ..faults.campaign import CampaignSettings
-from ..progress import Progress
+from ..inputs.corpus import CorpusText, load_corpus
+from ..planning.resolve import stage_arms
 from ..provenance.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..provenance.parquet import write_table
-from ..planning.resolve import stage_arms
-from ..analysis.scoring import NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, outcome
-from ..tokens.check7 import Check7Result, Check7Rule, evaluate, not_applicable
-from ..tokens.inject import Cell, InjectionArm, cells
-from ..tokens.margin import (average_precision, calibrate, calibrate_isotonic, cluster_bootstrap_auc,
-                            cluster_bootstrap_rate, leave_one_cluster_out)
-from ..tokens.replay import Positions, RowBlockArm, compare, copies_identical, replay_window
 from ..runtime.runner import log, stage_main
-
-KERNELS = "kernels"   # the comparison label of the selected kernel pair
-
-POSITIONS_SCHEMA = pa.schema([
-    pa.field("comparison", pa.string(), nullable=False),
-    pa.field("regime", pa.string(), nullable=False),
-    pa.field("checkpoint", pa.string(), nullable=False),
-    pa.field("window", pa.int32(), nullable=False),
-    pa.field("position", pa.int32(), nullable=False),
-    pa.field("token", pa.int64(), nullable=False),
-    pa.field("margin", pa.float64(), nullable=False),   # NaN where the reference logits are not finite
-    pa.field("top1_a", pa.int64(), nullable=False),
-    pa.field("top1_b", pa.int64(), nullable=False),
-    pa.field("flip", pa.bool_(), nullable=False),
-    pa.field("logits_differ", pa.bool_(), nullable=False),
-    pa.field("changed", pa.bool_(), nullable=False),
-])
-POSITIONS_KEY = ["comparison", "regime", "window", "position"]
-
-PAIRS_SCHEMA = pa.schema([
-    pa.field("comparison", pa.string(), nullable=False),
-    pa.field("regime", pa.string(), nullable=False),
-    pa.field("checkpoint", pa.string(), nullable=False),
-    pa.field("arm_a", pa.string(), nullable=False),
-    pa.field("arm_b", pa.string(), nullable=False),
-    pa.field("windows", pa.int32(), nullable=False),
-    pa.field("positions", pa.int64(), nullable=False),
-    pa.field("differing_positions", pa.int64(), nullable=False),
-    pa.field("flips", pa.int64(), nullable=False),
-    pa.field("flip_rate", pa.float64(), nullable=False),
-    pa.field("flip_rate_low", pa.float64(), nullable=True),
-    pa.field("flip_rate_high", pa.float64(), nullable=True),
-    pa.field("level", pa.float64(), nullable=False),
-    pa.field("confident_flips", pa.int64(), nullable=False),
-    pa.field("fired", pa.bool_(), nullable=True),
-    pa.field("prediction", pa.string(), nullable=False),
-    pa.field("predicted_observable", pa.bool_(), nullable=False),
-    pa.field("score", pa.string(), nullable=False),
-    pa.field("reason", pa.string(), nullable=False),
-])
-PAIRS_KEY = ["comparison", "regime"]
-
-PREDICTOR_SCHEMA = pa.schema([
-    pa.field("comparison", pa.string(), nullable=False),
-    pa.field("regime", pa.string(), nullable=False),
-    pa.field("quantity", pa.string(), nullable=False),
-    pa.field("bin", pa.int32(), nullable=False),          # 0 for whole-comparison quantities, 1.. for map bins
-    pa.field("value", pa.float64(), nullable=True),
-    pa.field("low", pa.float64(), nullable=True),
-    pa.field("high", pa.float64(), nullable=True),
-    pa.field("level", pa.float64(), nullable=True),
-    pa.field("positions", pa.int64(), nullable=False),
-    pa.field("flips", pa.int64(), nullable=False),
-    pa.field("windows", pa.int32(), nullable=False),
-    pa.field("margin_from", pa.float64(), nullable=True),
-    pa.field("margin_to", pa.float64(), nullable=True),
-    pa.field("detail", pa.string(), nullable=False),
-])
-PREDICTOR_KEY = ["comparison", "regime", "quantity", "bin"]
-
-INFLUENCE_SCHEMA = pa.schema([
-    pa.field("comparison", pa.string(), nullable=False),
-    pa.field("regime", pa.string(), nullable=False),
-    pa.field("window", pa.int32(), nullable=False),            # the window left out
-    pa.field("positions", pa.int64(), nullable=False),         # its positions with a finite margin
-    pa.field("flips", pa.int64(), nullable=False),
-    pa.field("auc_without", pa.float64(), nullable=True),      # null: the rest has no flip or no non-flip
-    pa.field("auc_change", pa.float64(), nullable=True),       # auc_without - the full-sample AUC
-    pa.field("flip_rate_without", pa.float64(), nullable=True),
-    pa.field("flip_rate_change", pa.float64(), nullable=True),
-])
-INFLUENCE_KEY = ["comparison", "regime", "window"]
-
-CHECK7_SCHEMA = pa.schema([
-    pa.field("fault", pa.string(), nullable=False),
-    pa.field("severity", pa.string(), nullable=False),
-    pa.field("regime", pa.string(), nullable=False),
-    pa.field("checkpoint", pa.string(), nullable=False),
-    pa.field("windows", pa.int32(), nullable=False),
-    pa.field("positions", pa.int64(), nullable=False),
-    pa.field("changed_positions", pa.int64(), nullable=False),
-    pa.field("observable", pa.bool_(), nullable=False),
-    pa.field("flips", pa.int64(), nullable=False),
-    pa.field("confident_flips", pa.int64(), nullable=False),
-    pa.field("fraction", pa.float64(), nullable=True),
-    pa.field("applicable", pa.bool_(), nullable=False),
-    pa.field("fired", pa.bool_(), nullable=True),
-    pa.field("prediction", pa.string(), nullable=False),
-    pa.field("predicted_miss", pa.bool_(), nullable=False),
-    pa.field("predicted_observable", pa.bool_(), nullable=False),
-    pa.field("score", pa.string(), nullable=False),
-    pa.field("reason", pa.string(), nullable=False),
-])
-CHECK7_KEY = ["fault", "severity", "regime"]
+from ..tokens.check7 import Check7Rule
+from ..tokens.inject import InjectionArm
+from ..tokens.study import TABLES, Sizes, replay_regimes, sizes, study_tables
 
 
 @dataclass(frozen=True)
-class Sizes:
-    """One size profile of tokens.yaml: replay windows x tokens, and how many of them inject."""
+class _Plan:
+    """What one run of the stage replays: the protocol's settings and the run's resolved arms and inputs."""
 
-    windows: int
-    tokens: int
-    injection_windows: int
-
-
-def sizes(tokens: Mapping[str, Any], profile: str) -> Sizes:
-    profiles = tokens["size_profiles"]
-    if profile not in profiles:
-        raise ProtocolError(f"preregistration/tokens.yaml: no size profile {profile!r} (defined: {sorted(profiles)})")
-    p = profiles[profile]
-    return Sizes(int(p["replay_windows"]), int(p["replay_window_tokens"]), int(p["injection_windows"]))
-
-
-@dataclass
-class Outcome:
-    """What one comparison produced over its windows: per-position rows, or why it could not run."""
-
-    comparison: str
-    regime: str
-    frames: list[pd.DataFrame]
-    failure: str | None = None
+    spec: Mapping[str, Any]
+    boot: Mapping[str, Any]
+    size: Sizes
+    cut_profile: Mapping[str, Any]
+    settings: CampaignSettings
+    regimes: dict[str, str]
+    checkpoints: dict[str, Path]
+    arms: tuple[Any, Any]
+    device: torch.device
+    selection: dict[str, Any]
+    corpus: CorpusText
 
 
-def _rows(label: str, regime: str, checkpoint: str, window: int, ids: torch.Tensor, p: Positions,
-          changed: np.ndarray) -> pd.DataFrame:
-    n = p.flip.size
-    return pd.DataFrame({
-        "comparison": label, "regime": regime, "checkpoint": checkpoint, "window": np.full(n, window, np.int32),
-        "position": np.arange(n, dtype=np.int32), "token": ids.numpy().astype(np.int64), "margin": p.margin,
-        "top1_a": p.top1_a.astype(np.int64), "top1_b": p.top1_b.astype(np.int64), "flip": p.flip,
-        "logits_differ": p.differ, "changed": changed,
-    })
+def _plan(cfg: Config, gate: Path) -> _Plan:
+    from ..protocol import load
 
-
-class RegimeReplay:
-    """Every comparison of one regime, window by window, on one loaded W8A8 model."""
-
-    def __init__(self, model: torch.nn.Module, arms: tuple[Any, Any], regime: str, checkpoint: str,
-                 settings: CampaignSettings, device: torch.device) -> None:
-        self.model, self.arms, self.regime, self.checkpoint = model, arms, regime, checkpoint
-        self.settings, self.device = settings, device
-        every = cells(regime)
-        self.main = [c for c in every if not c.both_arms]
-        self.both = [c for c in every if c.both_arms]
-        self.outcomes: dict[str, Outcome] = {KERNELS: Outcome(KERNELS, regime, [])}
-        for c in every:
-            self.outcomes[c.label] = Outcome(c.label, regime, [])
-
-    def window(self, w: int, ids: torch.Tensor, inject: bool) -> None:
-        """Replay window ``w``; with ``inject``, also every injection cell."""
-        arm_a, arm_b = self.arms
-        copies = [None, *self.main] if inject else []
-        rows = ids.numel()
-
-        def arm_for(layer: str, window: int) -> RowBlockArm:
-            blocks: list[tuple[Any, int]] = [(arm_a, 1), (arm_b, 1), (arm_a, 1)]
-            if copies:
-                blocks.append((InjectionArm(copies, rows, layer, window, self.settings, self.device), len(copies)))
-            return RowBlockArm(blocks, rows, layer)
-
-        logits = replay_window(self.model, ids, 3 + len(copies), arm_for, w, self.device)
-        if not copies_identical(logits, 0, 2):
-            raise InputError(f"window {w} ({self.regime}): arm A's two copies in one batch gave different logits, so "
-                             "a copy's result depends on its place in the batch; the replay cannot compare arms")
-        kernels = compare(logits[0], logits[1])
-        self._add(KERNELS, w, ids, kernels, kernels.differ)
-        if not copies:
-            return
-        ref = logits[3]
-        for i, cell in enumerate(self.main, start=4):
-            if cell.fault == "F8" and not copies_identical(logits, 3, i):
-                raise InputError(f"window {w} ({self.regime}): the null cell F8 differs from the reference copy in the "
-                                 "same batch; the injection batch is not a valid comparison")
-            p = compare(ref, logits[i])
-            self._add(cell.label, w, ids, p, p.differ)
-        for cell in self.both:
-            self._both_arms(cell, w, ids, ref)
-
-    def _both_arms(self, cell: Cell, w: int, ids: torch.Tensor, ref: torch.Tensor) -> None:
-        """F6/F7: arm A and arm B both carry the fault; a forward that fails closed is recorded, not raised."""
-        out = self.outcomes[cell.label]
-        if out.failure is not None:
-            return
-        rows = ids.numel()
-        try:
-            logits = replay_window(self.model, ids, 2, lambda layer, window: InjectionArm(
-                [cell, cell], rows, layer, window, self.settings, self.device), w, self.device)
-        except InputError as exc:
-            out.failure = f"window {w}: the faulted model failed closed: {exc}"
-            out.frames.clear()
-            return
-        self._add(cell.label, w, ids, compare(logits[0], logits[1]), compare(ref, logits[1]).differ)
-
-    def _add(self, label: str, w: int, ids: torch.Tensor, p: Positions, changed: np.ndarray) -> None:
-        out = self.outcomes[label]
-        if out.failure is None:
-            out.frames.append(_rows(label, self.regime, self.checkpoint, w, ids.cpu(), p, changed))
-
-
-def _check7(frame: pd.DataFrame | None, failure: str | None, rule: Check7Rule) -> Check7Result:
-    if failure is not None:
-        return not_applicable(failure)
-    if frame is None or frame.empty:
-        return not_applicable("no positions replayed")
-    return evaluate(frame["margin"].to_numpy(), frame["flip"].to_numpy(dtype=bool), rule)
-
-
-def _score(prediction: str, observable: bool, result: Check7Result) -> str:
-    return outcome(prediction, observable, result.applicable, result.fired)
-
-
-def _frame(out: Outcome) -> pd.DataFrame | None:
-    return pd.concat(out.frames, ignore_index=True) if out.frames and out.failure is None else None
-
-
-def predictions(tokens: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
-    """(fault, severity, regime) -> its pinned prediction entry (the loader checked that every
-    injection cell has exactly one)."""
-    return {(e["fault"], e["severity"], e["regime"]): e for e in tokens["predictions"]["injection"]}
-
-
-def check7_table(outcomes: Mapping[tuple[str, str], Outcome], injected: Sequence[Cell],
-                 table: Mapping[tuple[str, str, str], Mapping[str, Any]], rule: Check7Rule,
-                 checkpoints: Mapping[str, str]) -> pd.DataFrame:
-    """One row per injection cell: what changed, check 7's verdict, the prediction and the score."""
-    rows = []
-    for cell in injected:
-        out = outcomes[(cell.label, cell.regime)]
-        frame = _frame(out)
-        result = _check7(frame, out.failure, rule)
-        changed = int(frame["changed"].sum()) if frame is not None else 0
-        observable = changed > 0 or out.failure is not None  # a model that fails closed was changed
-        entry = table[(cell.fault, cell.severity, cell.regime)]
-        rows.append({
-            "fault": cell.fault, "severity": cell.severity, "regime": cell.regime,
-            "checkpoint": checkpoints[cell.regime],
-            "windows": int(frame["window"].nunique()) if frame is not None else 0,
-            "positions": result.positions, "changed_positions": changed, "observable": observable,
-            "flips": result.flips, "confident_flips": result.confident_flips, "fraction": result.fraction,
-            "applicable": result.applicable, "fired": result.fired, "prediction": entry["prediction"],
-            "predicted_miss": bool(entry["predicted_miss"]), "predicted_observable": bool(entry["observable"]),
-            "score": _score(entry["prediction"], observable, result), "reason": result.reason,
-        })
-    return pd.DataFrame(rows, columns=CHECK7_SCHEMA.names)
-
-
-def pairs_table(outcomes: Mapping[tuple[str, str], Outcome], regimes: Sequence[str], arm_names: tuple[str, str],
-                tokens: Mapping[str, Any], rule: Check7Rule, boot: Mapping[str, Any],
-                checkpoints: Mapping[str, str]) -> pd.DataFrame:
-    """The kernel pair per regime: flip rate with its window-cluster interval, and check 7."""
-    rows = []
-    for regime in regimes:
-        frame = _frame(outcomes[(KERNELS, regime)])
-        if frame is None:
-            raise InputError(f"kernel pair ({regime}): no replayed positions")
-        result = _check7(frame, None, rule)
-        per_window = frame.groupby("window", sort=True).agg(flips=("flip", "sum"), positions=("flip", "size"))
-        iv = cluster_bootstrap_rate(per_window["flips"].to_numpy(), per_window["positions"].to_numpy(),
-                                    seed=int(boot["seed"]), resamples=int(boot["resamples"]), level=float(boot["level"]))
-        entry = tokens["predictions"]["kernel_pair"][regime]
-        prediction = entry["prediction"]
-        rows.append({
-            "comparison": KERNELS, "regime": regime, "checkpoint": checkpoints[regime],
-            "arm_a": arm_names[0], "arm_b": arm_names[1], "windows": len(per_window),
-            "positions": len(frame), "differing_positions": int(frame["logits_differ"].sum()),
-            "flips": result.flips, "flip_rate": result.flips / len(frame), "flip_rate_low": iv[0],
-            "flip_rate_high": iv[1], "level": float(boot["level"]), "confident_flips": result.confident_flips,
-            "fired": result.fired, "prediction": prediction, "predicted_observable": bool(entry["observable"]),
-            "score": _score(prediction, bool(frame["logits_differ"].any()), result), "reason": result.reason,
-        })
-    return pd.DataFrame(rows, columns=PAIRS_SCHEMA.names)
-
-
-def _predictor_rows(label: str, regime: str, frame: pd.DataFrame, spec: Mapping[str, Any],
-                    boot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    finite = frame[np.isfinite(frame["margin"])]
-    dropped = len(frame) - len(finite)
-    note = f"; {dropped} position(s) without a finite reference margin left out" if dropped else ""
-    m, f = finite["margin"].to_numpy(), finite["flip"].to_numpy(dtype=bool)
-    w = finite["window"].to_numpy(dtype=np.int64)
-    base = {"comparison": label, "regime": regime, "margin_from": None, "margin_to": None}
-    auc = cluster_bootstrap_auc(m, f, w, seed=int(boot["seed"]), resamples=int(boot["resamples"]),
-                                level=float(boot["level"]), min_defined_share=float(spec["min_defined_share"]))
-    if auc.estimate is None:
-        detail = "not evaluable: the comparison has no flip or no non-flip"
-    elif auc.low is None:
-        detail = (f"interval not evaluable: only {auc.defined}/{auc.resamples} window resamples define the AUC "
-                  f"(at least {spec['min_defined_share']:g} required)")
-    else:
-        detail = (f"P(margin at a flip < at a non-flip) + 1/2 P(tie); percentile interval over {auc.defined}/"
-                  f"{auc.resamples} window-cluster resamples")
-    rows = [{**base, "quantity": "auc", "bin": 0, "value": auc.estimate, "low": auc.low, "high": auc.high,
-             "level": auc.level, "positions": len(m), "flips": int(f.sum()), "windows": int(np.unique(w).size),
-             "detail": detail + note}]
-    ap = average_precision(m, f)
-    rows.append({**base, "quantity": "average_precision", "bin": 0, "value": ap, "low": None, "high": None,
-                 "level": None, "positions": len(m), "flips": int(f.sum()), "windows": int(np.unique(w).size),
-                 "detail": ("not evaluable: the comparison has no flip" if ap is None else
-                            f"ties grouped (one threshold per distinct margin); prevalence {f.mean():.6g} is the "
-                            "value of an uninformative ranking") + note})
-    cal_spec = spec["calibration"]
-    cal = calibrate(m, f, w, bins=int(cal_spec["bins"]), min_support=int(cal_spec["min_support"]),
-                    prior_flips=float(cal_spec["prior_flips"]), prior_stays=float(cal_spec["prior_stays"]))
-    iso = calibrate_isotonic(m, f, w)
-    if isinstance(cal, str):
-        for q in ("brier_map", "brier_baseline", "brier_isotonic"):
-            rows.append({**base, "quantity": q, "bin": 0, "value": None, "low": None, "high": None, "level": None,
-                         "positions": 0, "flips": 0, "windows": 0, "detail": cal})
-        return rows
-    assert not isinstance(iso, str)  # the same split decides both
-    rows.append({**base, "quantity": "brier_isotonic", "bin": 0, "value": iso.brier, "low": None, "high": None,
-                 "level": None, "positions": cal.held_out_positions, "flips": cal.held_out_flips,
-                 "windows": cal.held_out_windows,
-                 "detail": f"held-out Brier of the decreasing isotonic map ({iso.map.start.size} steps, fitted on even "
-                           "windows, no prior): the pre-specified sensitivity analysis of the binned map"})
-    held = {"low": None, "high": None, "level": None, "positions": cal.held_out_positions,
-            "flips": cal.held_out_flips, "windows": cal.held_out_windows}
-    skill = "undefined (baseline Brier 0)" if cal.skill is None else f"{cal.skill:.6g}"
-    rows.append({**base, **held, "quantity": "brier_map", "bin": 0, "value": cal.brier_map,
-                 "detail": f"held-out (odd windows) Brier of the {len(cal.map.probability)}-bin map; skill vs "
-                           f"baseline {skill}"})
-    rows.append({**base, **held, "quantity": "brier_baseline", "bin": 0, "value": cal.brier_baseline,
-                 "detail": "held-out Brier of the constant map (fitting prevalence, same Beta prior)"})
-    edges = np.concatenate([[-np.inf], cal.map.edges, [np.inf]])
-    for i, p in enumerate(cal.map.probability):
-        rows.append({**base, "quantity": "map_bin", "bin": i + 1, "value": float(p), "low": None, "high": None,
-                     "level": None, "positions": int(cal.map.positions[i]), "flips": int(cal.map.flips[i]),
-                     "windows": int(np.unique(w[w % 2 == 0]).size),
-                     "margin_from": None if i == 0 else float(edges[i]),
-                     "margin_to": None if i == len(cal.map.probability) - 1 else float(edges[i + 1]),
-                     "detail": "fitted on even windows: (flips + prior) / (positions + priors) for margins in "
-                               "[margin_from, margin_to)"})
-    return rows
-
-
-def predictor_table(outcomes: Mapping[tuple[str, str], Outcome], spec: Mapping[str, Any],
-                    boot: Mapping[str, Any]) -> pd.DataFrame:
-    """The kernel pair in every regime, and every injection comparison with at least one flip."""
-    rows: list[dict[str, Any]] = []
-    for (label, regime), out in sorted(outcomes.items()):
-        frame = _frame(out)
-        if frame is None or (label != KERNELS and not frame["flip"].any()):
-            continue
-        rows += _predictor_rows(label, regime, frame, spec, boot)
-    return pd.DataFrame(rows, columns=PREDICTOR_SCHEMA.names)
-
-
-def influence_table(outcomes: Mapping[tuple[str, str], Outcome]) -> pd.DataFrame:
-    """Leave-one-window-out AUC and flip rate for every comparison the predictor evaluates."""
-    rows: list[dict[str, Any]] = []
-    for (label, regime), out in sorted(outcomes.items()):
-        frame = _frame(out)
-        if frame is None or (label != KERNELS and not frame["flip"].any()):
-            continue
-        finite = frame[np.isfinite(frame["margin"])]
-        if finite.empty:
-            continue
-        got = leave_one_cluster_out(finite["margin"].to_numpy(), finite["flip"].to_numpy(dtype=bool),
-                                    finite["window"].to_numpy(dtype=np.int64))
-        for i, window in enumerate(got.cluster):
-            auc = got.auc_without[i]
-            rate = got.flip_rate_without[i]
-            rows.append({
-                "comparison": label, "regime": regime, "window": int(window), "positions": int(got.positions[i]),
-                "flips": int(got.flips[i]), "auc_without": None if np.isnan(auc) else float(auc),
-                "auc_change": None if np.isnan(auc) or got.auc is None else float(auc) - got.auc,
-                "flip_rate_without": None if np.isnan(rate) else float(rate),
-                "flip_rate_change": None if np.isnan(rate) else float(rate) - got.flip_rate,
-            })
-    return pd.DataFrame(rows, columns=INFLUENCE_SCHEMA.names)
+    protocol = load()
+    spec = protocol.tokens
+    size, cut_profile = sizes(spec, cfg["size_profile"]), protocol.size_profile(cfg["size_profile"])
+    settings = CampaignSettings.from_protocol(protocol)
+    regimes: dict[str, str] = dict(spec["regimes"])
+    device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
+    return _Plan(spec, protocol.analysis["bootstrap"], size, cut_profile, settings, regimes,
+                 {regime: checkpoint_dir(gate, name) for regime, name in regimes.items()}, (arm_a, arm_b), device,
+                 selection, load_corpus(cfg, protocol.analysis))
 
 
 def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> None:
     """Replay, inject, score check 7 and the margin predictor; write five tables and the manifest."""
-    from ..protocol import load
-
-    protocol = load()
-    spec, analysis = protocol.tokens, protocol.analysis
-    size = sizes(spec, cfg["size_profile"])
-    cut_profile = protocol.size_profile(cfg["size_profile"])
-    boot = analysis["bootstrap"]
-    rule = Check7Rule.from_protocol(spec)
-    settings = CampaignSettings.from_protocol(protocol)
-    regimes: dict[str, str] = dict(spec["regimes"])
-    table = predictions(spec)
-    device, arm_a, arm_b, selection = stage_arms(cfg)  # resolved once per run, when it was planned
-    ckpts = {regime: checkpoint_dir(gate, name) for regime, name in regimes.items()}
-    corpus = load_corpus(cfg, analysis)
-
-    injected = [c for r in regimes for c in cells(r)]
-    outcomes: dict[tuple[str, str], Outcome] = {}
-    cut: torch.Tensor | None = None
-    bar = Progress(total=len(regimes) * size.windows, desc="tokens replay", unit="window")
-    shared = SharedParent(cfg)  # loaded once, copied per regime
-    for regime, name in regimes.items():
-        engine = load_w8a8(cfg, ckpts[regime], arm_a, device, label=f"{name} on {arm_a.name}/{arm_b.name}",
-                           shared=shared)
-        if cut is None:
-            cut = windows(encode(engine.tokenizer, corpus.text), int(cut_profile["window_tokens"]),
-                          int(cut_profile["windows"]), source=f"corpus {corpus.name}")[:size.windows, :size.tokens]
-        replay = RegimeReplay(engine.model, (arm_a, arm_b), regime, name, settings, device)
-        for w in range(size.windows):
-            inject = w < size.injection_windows
-            bar.set_postfix_str(f"{regime} window {w}" + (f": kernel pair + {len(injected) // len(regimes)} injection "
-                                                          "cells" if inject else ": kernel pair"))
-            replay.window(w, cut[w], inject=inject)
-            bar.update(1)
-        outcomes.update({(label, regime): out for label, out in replay.outcomes.items()})
-        del engine, replay
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    bar.close()
-    assert cut is not None
-
-    positions = pd.concat([f for out in outcomes.values() if out.failure is None for f in out.frames],
-                          ignore_index=True)
-    check7 = check7_table(outcomes, injected, table, rule, regimes)
-    pairs = pairs_table(outcomes, list(regimes), (arm_a.name, arm_b.name), spec, rule, boot, regimes)
-    predictor = predictor_table(outcomes, spec["predictor"], boot)
-    influence = influence_table(outcomes)
+    plan = _plan(cfg, gate)
+    outcomes, cut = replay_regimes(cfg, plan.checkpoints, plan.regimes, plan.arms, plan.corpus, plan.cut_profile,
+                                   plan.size, plan.settings, plan.device)
+    tables = study_tables(outcomes, plan.spec, plan.boot, (plan.arms[0].name, plan.arms[1].name), plan.regimes)
+    check7, pairs = tables["check7"], tables["pairs"]
     scores = {s: int((check7["score"] == s).sum()) for s in (*OUTCOMES, UNOBSERVABLE, NOT_APPLICABLE)}
     log.info("tokens: kernel-pair flips %s; check 7 under injection %s",
              dict(zip(pairs["regime"], pairs["flips"])), scores)
-
-    outputs = {
-        "positions": write_table(positions, out_dir / "positions.parquet", POSITIONS_SCHEMA, POSITIONS_KEY),
-        "pairs": write_table(pairs, out_dir / "pairs.parquet", PAIRS_SCHEMA, PAIRS_KEY),
-        "predictor": write_table(predictor, out_dir / "predictor.parquet", PREDICTOR_SCHEMA, PREDICTOR_KEY),
-        "check7": write_table(check7, out_dir / "check7.parquet", CHECK7_SCHEMA, CHECK7_KEY),
-        "influence": write_table(influence, out_dir / "influence.parquet", INFLUENCE_SCHEMA, INFLUENCE_KEY),
-    }
-    inputs: dict[str, Path] = {"gate": gate, **{f"checkpoint:{regimes[r]}": p for r, p in ckpts.items()}}
+    outputs = {name: write_table(frame, out_dir / f"{name}.parquet", *TABLES[name]) for name, frame in tables.items()}
+    inputs: dict[str, Path] = {"gate": gate, **{f"checkpoint:{plan.regimes[r]}": p
+                                                for r, p in plan.checkpoints.items()}}
     if parent is not None:
         inputs["parent"] = parent
     if cfg["corpus"]["source"] == "wikitext":
         inputs["corpus"] = Path(cfg["corpus"]["path"])
+    _manifest(cfg, out_dir, plan, outputs, inputs, cut, scores)
+
+
+def _manifest(cfg: Config, out_dir: Path, plan: _Plan, outputs: dict[str, Path], inputs: dict[str, Path],
+              cut: torch.Tensor, scores: dict[str, int]) -> None:
+    (arm_a, arm_b), size, boot, corpus = plan.arms, plan.size, plan.boot, plan.corpus
+    rule = Check7Rule.from_protocol(plan.spec)
     write_manifest(
         out_dir, stage="tokens", outputs=outputs, inputs=inputs,
         params={"size_profile": cfg["size_profile"], "replay_windows": size.windows,
                 "replay_window_tokens": size.tokens, "injection_windows": size.injection_windows,
-                "regimes": regimes, "kernel_arms": [arm_a.name, arm_b.name],
+                "regimes": plan.regimes, "kernel_arms": [arm_a.name, arm_b.name],
                 "check7": {"margin_threshold": rule.margin_threshold, "flip_budget": rule.flip_budget,
                            "confident_flips_allowed": rule.confident_flips_allowed},
                 "bootstrap": {k: boot[k] for k in ("seed", "resamples", "level", "interval")},
-                "fault_seed": settings.seed},
+                "fault_seed": plan.settings.seed},
         arms=[arm_a.evidence(), arm_b.evidence(),
-              InjectionArm([None], 1, "(evidence)", 0, settings, device).evidence()],
+              InjectionArm([None], 1, "(evidence)", 0, plan.settings, plan.device).evidence()],
         extra={"corpus": {"name": corpus.name, "sha256": corpus.sha256, "pin": corpus.pin},
                "windows_sha256": sha256_bytes(canonical_json(cut.tolist()).encode()),
-               "arm_selection": selection, "check7_scores": scores,
+               "arm_selection": plan.selection, "check7_scores": scores,
                "controls": "every batch: arm A twice (bit-identical, else the stage fails); injection batches: "
                            "F8 bit-identical to the reference copy, else the stage fails"},
-        device=device,
+        device=plan.device,
     )
 
 

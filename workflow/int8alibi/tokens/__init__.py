@@ -3,5 +3,6 @@ at model level, and end-to-end fault injection.
 
 ``replay`` runs windows under several arms at once and compares them position by position;
 ``margin`` holds ROC-AUC with a cluster bootstrap and the calibrated margin -> flip map;
-``check7`` the check itself; ``inject`` the reference and faulted arms of the injection.
+``check7`` the check itself; ``inject`` the reference and faulted arms of the injection;
+``study`` replays every regime and builds the tables the tokens stage writes.
 """

@@ -21,13 +21,13 @@ import yaml
 
 from ..errors import Int8AlibiError, ProtocolError
 from ..printable import printable
-from .chain import amendment_name, read_amendments, verify_chain
-from .gate import gate, refuse_protocol_links
-from .history import check_dates, check_history
-from .load import load
+from ..protocol.chain import Amendment, amendment_name, read_amendments, verify_chain
+from ..protocol.gate import gate, refuse_protocol_links
+from ..protocol.history import check_dates, check_history
+from ..protocol.load import load
+from ..protocol.pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
+from ..protocol.schema import parse_yaml, validate
 from ..provenance.environment import made_in
-from .pins import AMENDMENTS_DIR, PROTOCOL_DIR, STAGE_FILES, data_digest, protocol_files_on_disk, stage_reads
-from .schema import parse_yaml, validate
 
 STATUSES = ("pre-data", "post-data")
 
@@ -67,6 +67,74 @@ def _resolve(root: Path, name: str, path: str | Path) -> Path:
     return target
 
 
+def _check_arguments(summary: str, rationale: str, stages: Sequence[str], status: str) -> None:
+    if status not in STATUSES:
+        raise ProtocolError(f"amend: status {status!r} must be one of {list(STATUSES)}")
+    unknown = sorted(set(stages) - set(STAGE_FILES))
+    if not stages or unknown:
+        raise ProtocolError(f"amend: stages {list(stages)} must be a non-empty subset of {sorted(STAGE_FILES)}")
+    if not summary.strip() or not rationale.strip():
+        raise ProtocolError("amend: summary and rationale must both say something")
+
+
+def _verified_latest(root: Path) -> Amendment:
+    """The latest amendment, once the history, the chain and its dates verify and the protocol loads."""
+    check_history(root)
+    amendments = read_amendments(root)
+    verify_chain(amendments)
+    check_dates(root, amendments)
+    load(root / PROTOCOL_DIR)
+    refuse_protocol_links(root)  # a pinned link would certify a file git does not hold
+    return amendments[-1]
+
+
+def _require_declared(latest: Amendment, files: Mapping[str, str], stages: Sequence[str]) -> None:
+    """ProtocolError naming a changed file that a stage missing from ``stages`` reads."""
+    changed = {rel for rel in set(files) | set(latest.pins) if files.get(rel) != latest.pins.get(rel)}
+    undeclared = {s: rel for s, rel in _affected_stages(changed).items() if s not in stages}
+    if undeclared:
+        stage, rel = sorted(undeclared.items())[0]
+        raise ProtocolError(
+            f"{rel}: changed since {latest.rel}, and stage {stage!r} reads it but is not among the amendment's stages"
+        )
+
+
+def _data_pins(root: Path, latest: Amendment,
+               pins: Mapping[str, str | Path]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The latest data pins and their environments, with ``pins`` re-pinned from their files."""
+    data_pins, pin_envs = latest.data_pins, latest.data_pin_environments
+    for name, path in pins.items():
+        file = _resolve(root, name, path)
+        data_pins[name] = data_digest(file)
+        env = made_in(file)
+        if env is None:
+            pin_envs.pop(name, None)
+        else:
+            pin_envs[name] = env
+    return data_pins, pin_envs
+
+
+def _write_record(root: Path, record: Mapping[str, Any]) -> Path:
+    """The record as amendments/<id>.yaml, valid against its schema, written whole or not at all."""
+    target = root / AMENDMENTS_DIR / f"{record['id']}.yaml"
+    text = yaml.dump(dict(record), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    validate(parse_yaml(text, str(target)), "amendment.schema.yaml", str(target))
+    if target.exists():
+        raise ProtocolError(f"{target}: already exists")
+    # The temporary file lives in the project root, not in amendments/, where a concurrent gate
+    # would take it for a stray record.
+    handle, tmp = tempfile.mkstemp(prefix=f".{record['id']}.", suffix=".tmp", dir=root)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
 def amend(
     project_root: Path,
     summary: str,
@@ -83,37 +151,11 @@ def amend(
     result, otherwise the new file is removed again.
     """
     root = Path(project_root)
-    if status not in STATUSES:
-        raise ProtocolError(f"amend: status {status!r} must be one of {list(STATUSES)}")
-    unknown = sorted(set(stages) - set(STAGE_FILES))
-    if not stages or unknown:
-        raise ProtocolError(f"amend: stages {list(stages)} must be a non-empty subset of {sorted(STAGE_FILES)}")
-    if not summary.strip() or not rationale.strip():
-        raise ProtocolError("amend: summary and rationale must both say something")
-    check_history(root)
-    amendments = read_amendments(root)
-    verify_chain(amendments)
-    check_dates(root, amendments)
-    load(root / PROTOCOL_DIR)
-    refuse_protocol_links(root)  # a pinned link would certify a file git does not hold
-    latest = amendments[-1]
+    _check_arguments(summary, rationale, stages, status)
+    latest = _verified_latest(root)
     files = protocol_files_on_disk(root)
-    changed = {rel for rel in set(files) | set(latest.pins) if files.get(rel) != latest.pins.get(rel)}
-    undeclared = {s: rel for s, rel in _affected_stages(changed).items() if s not in stages}
-    if undeclared:
-        stage, rel = sorted(undeclared.items())[0]
-        raise ProtocolError(
-            f"{rel}: changed since {latest.rel}, and stage {stage!r} reads it but is not among the amendment's stages"
-        )
-    data_pins, pin_envs = latest.data_pins, latest.data_pin_environments
-    for name, path in (pins or {}).items():
-        file = _resolve(root, name, path)
-        data_pins[name] = data_digest(file)
-        env = made_in(file)
-        if env is None:
-            pin_envs.pop(name, None)
-        else:
-            pin_envs[name] = env
+    _require_declared(latest, files, stages)
+    data_pins, pin_envs = _data_pins(root, latest, pins or {})
     record: dict[str, Any] = {
         "id": amendment_name(latest.number + 1),
         "date": dt.datetime.now(dt.UTC).date().isoformat(),
@@ -128,22 +170,7 @@ def amend(
         record["data_pins"] = dict(sorted(data_pins.items()))
     if pin_envs:
         record["data_pin_environments"] = dict(sorted(pin_envs.items()))
-    target = root / AMENDMENTS_DIR / f"{record['id']}.yaml"
-    text = yaml.dump(record, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
-    validate(parse_yaml(text, str(target)), "amendment.schema.yaml", str(target))
-    if target.exists():
-        raise ProtocolError(f"{target}: already exists")
-    # The temporary file lives in the project root, not in amendments/, where a concurrent gate
-    # would take it for a stray record.
-    handle, tmp = tempfile.mkstemp(prefix=f".{record['id']}.", suffix=".tmp", dir=root)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = _write_record(root, record)
     try:
         gate(root)
     except ProtocolError:

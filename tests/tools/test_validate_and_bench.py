@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from int8alibi.tools.bench import main as bench_main
-from int8alibi.kernels.validate_gpu import ORDER_CHECK, Row, main as validate_main, summarize
+from int8alibi.tools.validate_gpu import ORDER_CHECK, Row, main as validate_main, summarize
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 

@@ -14,7 +14,7 @@ scales) check arm == emulation where float32 is least forgiving. One more case o
 (16256·K >= 2**31): outside the alibi's precondition nothing is required, and the table records
 whether each kernel's accumulator wrapped or saturated.
 
-``python -m int8alibi.kernels.validate_gpu --json out.json`` prints a table, writes the JSON, and
+``python -m int8alibi.tools.validate_gpu --json out.json`` prints a table, writes the JSON, and
 exits 1 on any failure, 2 when no CUDA GPU is present (nothing was validated).
 """
 
@@ -31,10 +31,10 @@ import torch
 
 from ..arith import compare_bf16, exact_accumulator, int32_bound_holds, snap_pow2, wrap_int32
 from ..errors import InputError
-from .layer_operands import QWEN3_SHAPES, Operands, synthetic_layers
-from .base import Arm
-from .exact import EpilogueOrder, epilogue
-from .registry import EMULATION_OF, get
+from ..kernels.base import Arm
+from ..kernels.exact import EpilogueOrder, epilogue
+from ..kernels.layer_operands import QWEN3_SHAPES, Operands, synthetic_layers
+from ..kernels.registry import EMULATION_OF, get
 
 MS = (1, 16, 512)
 GPU_PAIR = {name: EMULATION_OF[name] for name in ("cublaslt", "triton")}
@@ -283,7 +283,7 @@ def _print_table(rows: list[Row], out: Callable[[str], None]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m int8alibi.kernels.validate_gpu",
+    parser = argparse.ArgumentParser(prog="python -m int8alibi.tools.validate_gpu",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, default=Path("validate_gpu.json"), help="where to write the results")
     parser.add_argument("--seed", type=int, default=0)
