@@ -188,14 +188,16 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
 
 
 # Top-level folders of a checkout that hold the project itself, its environments or Snakemake's and
-# the pipeline's own bookkeeping: a results folder inside one would mix stage folders into them.
+# the pipeline's own bookkeeping (envs/: where earlier checkouts kept the environments):
+# a results folder inside one would mix stage folders into them.
 PROJECT_FOLDERS = frozenset({
     "amendments", "benchmarks", "config", "dev", "docs", "envs", "logs", "preregistration", "profiles",
     "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor",
 })
-# What marks a folder as a checkout of a project (this one or another): a results folder under
-# results_root that lands inside one gets the same project-folder check as one inside this checkout.
-CHECKOUT_MARKERS = ("Snakefile", "amendments", "preregistration")
+# What marks a folder as a checkout of a project (this one or another; its Snakefile at the top or in
+# workflow/, the two places Snakemake looks): a results folder under results_root that lands inside
+# one gets the same project-folder check as one inside this checkout.
+CHECKOUT_MARKERS = ("Snakefile", "workflow/Snakefile", "amendments", "preregistration")
 
 
 def results_location(data: Mapping[str, Any]) -> str:

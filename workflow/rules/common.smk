@@ -9,8 +9,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(workflow.basedir)
-sys.path.insert(0, str(ROOT / "workflow"))
+# The checkout's root: this Snakefile lives in its workflow/ folder (the workflow catalog's layout),
+# beside the int8alibi package.
+ROOT = Path(workflow.basedir).parent
+sys.path.insert(0, workflow.basedir)
 
 # Jobs compute under the portable CPU settings (int8alibi.portable): set them for every process
 # Snakemake starts from here on.
@@ -46,7 +48,7 @@ from int8alibi.planning.rerun import (
 )
 
 # Parses and schema verdicts of exact bytes are kept between invocations (int8alibi.parse_cache);
-# with the code digests below, written once every rule is defined (save_plan_caches, Snakefile).
+# with the code digests below, written once every rule is defined (save_plan_caches, workflow/Snakefile).
 parse_cache.enable(Path(".snakemake", "int8alibi", "parse-cache.pickle"))
 
 
@@ -94,7 +96,7 @@ if _PLAN.unset:
 RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
 # The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python). Outside
 # conda, jobs run where Snakemake runs: an interpreter lacking the libraries every stage computes with
-# (the planning environment, envs/plan.txt) plans, and its commands name the project's environment.
+# (the planning environment, workflow/envs/plan.txt) plans, and its commands name the project's environment.
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 MISSING = [] if CONDA else missing_libraries()
 PYTHON = job_python(CONDA, Path.cwd(), MISSING)
