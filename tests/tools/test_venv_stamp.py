@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi import ENVS
-from int8alibi.tools.venv_stamp import STAMP, StampError, check_install, decide, installed, main, read_stamp
+from int8alibi.tools.venv_stamp import ENVS, STAMP, StampError, check_install, decide, installed, main, read_stamp
 
 PROJECT = Path(__file__).resolve().parents[2]
 # what ./bootstrap and workflow/envs/install read: a checkout reduced to them

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from int8alibi import ENVS
+from int8alibi.tools.venv_stamp import ENVS
 from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
 
 from .conftest import SNAKEMAKE

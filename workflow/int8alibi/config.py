@@ -194,10 +194,9 @@ PROJECT_FOLDERS = frozenset({
     "amendments", "benchmarks", "config", "dev", "docs", "envs", "logs", "preregistration", "profiles",
     "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor",
 })
-# What marks a folder as a checkout of a project (this one or another; its Snakefile at the top or in
-# workflow/, the two places Snakemake looks): a results folder under results_root that lands inside
-# one gets the same project-folder check as one inside this checkout.
-CHECKOUT_MARKERS = ("Snakefile", "workflow/Snakefile", "amendments", "preregistration")
+# What marks a folder as a checkout of a project (this one or another): a results folder under
+# results_root that lands inside one gets the same project-folder check as one inside this checkout.
+CHECKOUT_MARKERS = ("Snakefile", "amendments", "preregistration")
 
 
 def results_location(data: Mapping[str, Any]) -> str:

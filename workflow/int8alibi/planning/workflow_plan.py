@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import ENVS, strict_yaml
+from .. import strict_yaml
 from ..config import (check_bounded, command_line_booleans, current_run_config, earlier_plan, expand_env,
                       results_dir, run_config_path, validate, write_run_config)
 from ..errors import InputError
 from ..protocol import GateReport, gate
 from ..provenance.atomic import write_bytes
 from ..provenance.hashing import sha256_file
+from ..tools.venv_stamp import ENVS
 from .resolve import plan
 from .rerun import shard_ranges, use_gpu
 

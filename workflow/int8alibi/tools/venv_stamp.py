@@ -27,8 +27,10 @@ from importlib.metadata import distributions
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from int8alibi import ENVS
-
+# The environments (the locks, their installer, the conda files), relative to the checkout's root: in
+# the workflow folder, where the Snakemake workflow catalog's layout keeps them. Here, beside the
+# stamp that reads them, and not in a module the stages import: moving it reruns no stage.
+ENVS = "workflow/envs"
 STAMP = ".int8alibi-setup"
 FORMAT = "int8alibi-venv/1"
 PACKAGE = "int8alibi"
