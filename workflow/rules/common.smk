@@ -30,6 +30,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
+from int8alibi.report import tables as report_tables
 from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority
 from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
@@ -198,6 +199,9 @@ def protocol_files(stage):
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
 REPORT_INPUTS = workflow_plan.report_inputs(RESULTS, RUN)
+# The main tables Snakemake's report shows, each an HTML page the report stage writes beside the
+# report (int8alibi.report.tables), for the stages this run reports.
+REPORT_TABLES = report_tables.shown(Path(manifest).parent.name for manifest in REPORT_INPUTS)
 
 
 def final_targets():
@@ -241,14 +245,9 @@ FAULTS_FILES = {
 }
 
 
-def faults_outputs(folder, in_report=True):
-    """The campaign's outputs in `folder`; `in_report`: the scorecard and detection table go into
-    Snakemake's report, each with its caption in workflow/report/."""
-    out = {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
-    if in_report:
-        for name in ("scorecard", "detection"):
-            out[name] = report(out[name], caption=f"../report/faults_{name}.rst", category="Tables")
-    return out
+def faults_outputs(folder):
+    """The campaign's outputs in `folder`."""
+    return {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
 
 
 def faults_shard_dirs(wildcards):
