@@ -149,7 +149,7 @@ def test_commands_name_this_interpreter_relative_to_the_project(tmp_path: Path) 
 
 
 def absent(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-    """This interpreter as one without ``names`` installed (envs/plan.txt lacks every stage library)."""
+    """This interpreter as one without ``names`` installed (workflow/envs/plan.txt lacks every stage library)."""
     real = environment.metadata.version
 
     def version(name: str) -> str:

@@ -121,9 +121,9 @@ def test_folders_targets_and_environments_of_a_run() -> None:
                                                                                     "benchmarks/qwen3-8b")
     assert wp.report_inputs("r", cpu) == [f"r/{s}/manifest.json" for s in wp.REPORTED_STAGES]
     assert wp.report_inputs("r", cuda)[-1] == "r/ksweep/manifest.json"
-    assert wp.software_env(cpu, gpu_capable=True) == "../../envs/cpu.yaml"
-    assert wp.software_env(cuda, gpu_capable=True) == "../../envs/gpu.yaml"
-    assert wp.software_env(cuda) == "../../envs/cpu.yaml"
+    assert wp.software_env(cpu, gpu_capable=True) == "../envs/cpu.yaml"
+    assert wp.software_env(cuda, gpu_capable=True) == "../envs/gpu.yaml"
+    assert wp.software_env(cuda) == "../envs/cpu.yaml"
 
 
 def test_deleted_paths_list_each_match_as_a_file_or_a_folder(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def _results(root: Path) -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_the_same_results_give_the_same_report_bytes(tmp_path: Path, monkeypatch) -> None:
@@ -99,6 +99,10 @@ def test_rerunning_the_stage_gives_the_same_manifest_digest_and_root_digest(tmp_
         digests.append((load_manifest(out / "manifest.json")["digest"], root_digest([out / "manifest.json"], results),
                         _files(out)))
     assert digests[0][0] == digests[1][0] and digests[0][1] == digests[1][1]
+    # the main tables' pages for Snakemake's report are outputs like the rest, listed in the manifest
+    listed = [o["path"] for o in load_manifest(out / "manifest.json")["outputs"]]
+    assert "tables/perplexity_summary.html" in digests[0][2] and any(
+        path.endswith("report/tables/perplexity_summary.html") for path in listed), listed
     assert {k: v for k, v in digests[0][2].items() if k != "manifest.json"} == {
         k: v for k, v in digests[1][2].items() if k != "manifest.json"}
 

@@ -2,7 +2,7 @@
 do not depend on the thread count or the instruction set; the requant gate passes against them and
 stops on a one-byte change.
 
-The tool runs in .venv-llmcompressor (./bootstrap builds it from envs/llmcompressor.txt); the tests
+The tool runs in .venv-llmcompressor (./bootstrap builds it from workflow/envs/llmcompressor.txt); the tests
 that need it are skipped, saying so, only where that environment was not built.
 """
 
@@ -36,7 +36,7 @@ ARMS = ["exact-cutlass-order", "exact-triton-order"]
 LAYER = "model.layers.1.mlp.gate_proj"
 
 needs_tool = pytest.mark.skipif(not TOOL_PYTHON.is_file(), reason=f"{LLMCOMPRESSOR_VENV} not built: run ./bootstrap "
-                                "(it installs envs/llmcompressor.txt there)")
+                                "(it installs workflow/envs/llmcompressor.txt there)")
 
 
 def _reference(config: Path, out: Path, parent: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -150,7 +150,7 @@ def test_outside_llm_compressors_environment_the_stage_names_it(tmp_path: Path):
     try:
         import llmcompressor  # noqa: F401
     except ImportError:
-        with pytest.raises(InputError, match="not installed in this Python environment.*envs/llmcompressor.txt"):
+        with pytest.raises(InputError, match="not installed in this Python environment.*workflow/envs/llmcompressor.txt"):
             reference.tool_versions()
     else:
         pytest.skip("not applicable: llm-compressor is importable in this environment")

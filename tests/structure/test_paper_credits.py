@@ -46,8 +46,8 @@ CREDITS: dict[str, tuple[str, ...]] = {
            "52.7%", "188 of 196", "0.0352", "2.8 bits"),
 }
 
-SCANNED = ("README.md", "CITATION.cff", "Snakefile", "docs", "workflow", "config", "preregistration", "dev",
-           "tests", "profiles", "envs")
+SCANNED = ("README.md", "CITATION.cff", "CHANGELOG.md", "docs", "workflow", "config", "preregistration", "dev",
+           "tests", "profiles", ".github")
 EXEMPT = ("amendments", "docs/measured")
 SUFFIXES = {"", ".py", ".smk", ".rst", ".md", ".yaml", ".yml", ".txt", ".cff", ".toml", ".sh", ".json", ".cfg"}
 MAX_BYTES = 1 << 20

@@ -1,8 +1,8 @@
 """bootstrap's record of each virtualenv: a changed lock reinstalls, anything else that changed (the
-installed packages, the locks, the checkout's path) rebuilds, and envs/install refuses another lock.
+installed packages, the locks, the checkout's path) rebuilds, and workflow/envs/install refuses another lock.
 
 Fake virtualenvs (a dist-info per package, a stamp) stand in for real ones where only the decision
-is tested; the tests that run ./bootstrap or envs/install use real virtualenvs, built from tiny locks
+is tested; the tests that run ./bootstrap or workflow/envs/install use real virtualenvs, built from tiny locks
 where a build is tested."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.tools.venv_stamp import STAMP, StampError, check_install, decide, installed, main, read_stamp
+from int8alibi.tools.venv_stamp import ENVS, STAMP, StampError, check_install, decide, installed, main, read_stamp
 
 PROJECT = Path(__file__).resolve().parents[2]
-# what ./bootstrap and envs/install read: a checkout reduced to them
+# what ./bootstrap and workflow/envs/install read: a checkout reduced to them
 CHECKOUT_FILES = ["bootstrap", "pyproject.toml", "README.md", "LICENSE", "workflow/int8alibi/__init__.py",
                   "workflow/int8alibi/tools/__init__.py", "workflow/int8alibi/tools/venv_stamp.py"]
 
@@ -29,7 +29,7 @@ def _checkout(dest: Path) -> Path:
     for rel in CHECKOUT_FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(PROJECT / rel, dest / rel)
-    shutil.copytree(PROJECT / "envs", dest / "envs")
+    shutil.copytree(PROJECT / ENVS, dest / ENVS)
     return dest
 
 
@@ -65,7 +65,7 @@ def test_a_venv_as_recorded_is_kept_and_a_changed_lock_reinstalls(tmp_path: Path
     assert stamp and stamp["locks"] == ["cpu"] and stamp["root"] == os.path.realpath(root)
     assert stamp["installed"] == {"int8alibi": "0.1.0", "torch": "2.13.0+cpu"} == installed(venv)
     assert decide(venv, root, ["cpu"]).action == "ok"
-    with open(root / "envs" / "cpu.txt", "a") as lock:
+    with open(root / ENVS / "cpu.txt", "a") as lock:
         lock.write("# a changed lock\n")
     assert decide(venv, root, ["cpu"]).action == "install"
 
@@ -73,7 +73,7 @@ def test_a_venv_as_recorded_is_kept_and_a_changed_lock_reinstalls(tmp_path: Path
 def test_a_changed_installed_set_is_rebuilt_naming_the_change(tmp_path: Path) -> None:
     root = _checkout(tmp_path / "ck")
     venv = _fake_venv(root)
-    _swap(venv, "torch", "2.13.0+cpu", "2.13.0")  # what `envs/install gpu .venv/bin/python` did
+    _swap(venv, "torch", "2.13.0+cpu", "2.13.0")  # what `workflow/envs/install gpu .venv/bin/python` did
     got = decide(venv, root, ["cpu"])
     assert got.action == "rebuild" and "torch 2.13.0+cpu -> 2.13.0" in got.reason, got
     venv = _fake_venv(_checkout(tmp_path / "ck2"))
@@ -103,14 +103,14 @@ def test_other_locks_or_an_older_stamp_rebuild(tmp_path: Path) -> None:
     root = _checkout(tmp_path / "ck")
     venv = _fake_venv(root, ".venv-gpu", ("gpu",))
     got = decide(venv, root, ["gpu", "vllm"])
-    assert got.action == "rebuild" and "holds envs/gpu.txt, not envs/gpu.txt, envs/vllm.txt" in got.reason, got
+    assert got.action == "rebuild" and f"holds {ENVS}/gpu.txt, not {ENVS}/gpu.txt, {ENVS}/vllm.txt" in got.reason, got
     (venv / STAMP).write_text("fbcaa30ee071c63725b27f61df2d201202b34852543d4f390c97e093483fbd0a\n")  # the old stamp
     assert decide(venv, root, ["gpu"]).action == "rebuild"
 
 
 def test_envs_install_refuses_a_lock_the_venv_was_not_built_from(tmp_path: Path) -> None:
     cpu = _fake_venv(_checkout(tmp_path / "ck"))
-    with pytest.raises(StampError, match=r"built by ./bootstrap from envs/cpu.txt; envs/gpu.txt .* ./bootstrap gpu"):
+    with pytest.raises(StampError, match=rf"built by ./bootstrap from {ENVS}/cpu.txt; {ENVS}/gpu.txt .* ./bootstrap gpu"):
         check_install(cpu, "gpu")
     with pytest.raises(StampError, match="INT8ALIBI_VLLM=1 ./bootstrap gpu"):
         check_install(cpu, "vllm")
@@ -125,10 +125,10 @@ def test_envs_install_stops_before_pip_in_a_venv_stamped_for_another_lock(tmp_pa
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     assert main(["record", str(venv), "cpu", "--root", str(root)]) == 0
     before = (venv / STAMP).read_bytes()
-    result = subprocess.run([str(root / "envs" / "install"), "gpu", str(venv / "bin" / "python")],
+    result = subprocess.run([str(root / ENVS / "install"), "gpu", str(venv / "bin" / "python")],
                             capture_output=True, text=True)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "envs/gpu.txt goes into an environment of its own" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and f"{ENVS}/gpu.txt goes into an environment of its own" in result.stderr
     assert (venv / STAMP).read_bytes() == before and installed(venv) == {}  # nothing installed (no pip there)
 
 
@@ -162,10 +162,10 @@ def test_bootstrap_gpu_builds_its_own_venv_and_rebuilds_a_copied_checkouts(tmp_p
     checkout both are rebuilt for the copy's path. The locks hold no Snakemake, so the final exec of
     .venv-gpu/bin/snakemake is where bootstrap hands over, and fails."""
     root = _checkout(tmp_path / "ck")
-    setuptools = next(line for line in (PROJECT / "envs" / "gpu.txt").read_text().splitlines()
+    setuptools = next(line for line in (PROJECT / ENVS / "gpu.txt").read_text().splitlines()
                       if line.startswith("setuptools=="))
     for lock in ("gpu", "llmcompressor"):
-        (root / "envs" / f"{lock}.txt").write_text(setuptools + "\n")
+        (root / ENVS / f"{lock}.txt").write_text(setuptools + "\n")
     venv = _fake_venv(root)
     before = _tree(venv)
 

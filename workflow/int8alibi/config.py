@@ -188,7 +188,8 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,99}")
 
 
 # Top-level folders of a checkout that hold the project itself, its environments or Snakemake's and
-# the pipeline's own bookkeeping: a results folder inside one would mix stage folders into them.
+# the pipeline's own bookkeeping (envs/: where earlier checkouts kept the environments):
+# a results folder inside one would mix stage folders into them.
 PROJECT_FOLDERS = frozenset({
     "amendments", "benchmarks", "config", "dev", "docs", "envs", "logs", "preregistration", "profiles",
     "requirements", "tests", "workflow", ".git", ".snakemake", ".venv", ".venv-llmcompressor",

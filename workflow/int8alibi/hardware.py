@@ -42,7 +42,7 @@ class Hardware:
 def _cuda_devices() -> tuple[Device, ...]:
     try:
         import torch
-    except ImportError:  # the planning environment (envs/plan.txt) has no torch: it sees no device
+    except ImportError:  # the planning environment (workflow/envs/plan.txt) has no torch: it sees no device
         return ()
     if not torch.cuda.is_available():
         return ()

@@ -11,9 +11,7 @@ rule batch:
         layers=update(f"{RESULTS}/batch/layers.parquet"),
         by_m=update(f"{RESULTS}/batch/by_m.parquet"),
         sequences=update(f"{RESULTS}/batch/sequences.parquet"),
-        summary=report(
-            update(f"{RESULTS}/batch/summary.parquet"), caption="../report/batch_summary.rst", category="Tables"
-        ),
+        summary=update(f"{RESULTS}/batch/summary.parquet"),
         manifest=update(f"{RESULTS}/batch/manifest.json"),
     log:
         f"{LOGS}/batch.log",

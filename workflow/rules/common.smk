@@ -9,8 +9,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(workflow.basedir)
-sys.path.insert(0, str(ROOT / "workflow"))
+# The checkout's root: this Snakefile lives in its workflow/ folder (the workflow catalog's layout),
+# beside the int8alibi package.
+ROOT = Path(workflow.basedir).parent
+sys.path.insert(0, workflow.basedir)
 
 # Jobs compute under the portable CPU settings (int8alibi.portable): set them for every process
 # Snakemake starts from here on.
@@ -28,6 +30,7 @@ from int8alibi.errors import Int8AlibiError
 from int8alibi.protocol import STAGE_FILES
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
+from int8alibi.report import tables as report_tables
 from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority
 from int8alibi.planning.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
@@ -46,7 +49,7 @@ from int8alibi.planning.rerun import (
 )
 
 # Parses and schema verdicts of exact bytes are kept between invocations (int8alibi.parse_cache);
-# with the code digests below, written once every rule is defined (save_plan_caches, Snakefile).
+# with the code digests below, written once every rule is defined (save_plan_caches, workflow/Snakefile).
 parse_cache.enable(Path(".snakemake", "int8alibi", "parse-cache.pickle"))
 
 
@@ -94,7 +97,7 @@ if _PLAN.unset:
 RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
 # The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python). Outside
 # conda, jobs run where Snakemake runs: an interpreter lacking the libraries every stage computes with
-# (the planning environment, envs/plan.txt) plans, and its commands name the project's environment.
+# (the planning environment, workflow/envs/plan.txt) plans, and its commands name the project's environment.
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 MISSING = [] if CONDA else missing_libraries()
 PYTHON = job_python(CONDA, Path.cwd(), MISSING)
@@ -196,6 +199,9 @@ def protocol_files(stage):
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
 # only: part of the run when the device resolves to CUDA, else left out (the report says so).
 REPORT_INPUTS = workflow_plan.report_inputs(RESULTS, RUN)
+# The main tables Snakemake's report shows, each an HTML page the report stage writes beside the
+# report (int8alibi.report.tables), for the stages this run reports.
+REPORT_TABLES = report_tables.shown(Path(manifest).parent.name for manifest in REPORT_INPUTS)
 
 
 def final_targets():
@@ -239,14 +245,9 @@ FAULTS_FILES = {
 }
 
 
-def faults_outputs(folder, in_report=True):
-    """The campaign's outputs in `folder`; `in_report`: the scorecard and detection table go into
-    Snakemake's report, each with its caption in workflow/report/."""
-    out = {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
-    if in_report:
-        for name in ("scorecard", "detection"):
-            out[name] = report(out[name], caption=f"../report/faults_{name}.rst", category="Tables")
-    return out
+def faults_outputs(folder):
+    """The campaign's outputs in `folder`."""
+    return {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
 
 
 def faults_shard_dirs(wildcards):

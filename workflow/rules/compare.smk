@@ -7,9 +7,7 @@ rule compare:
         protocol=protocol_files("compare"),
     output:
         layers=update(f"{RESULTS}/compare/layers.parquet"),
-        summary=report(
-            update(f"{RESULTS}/compare/summary.parquet"), caption="../report/compare_summary.rst", category="Tables"
-        ),
+        summary=update(f"{RESULTS}/compare/summary.parquet"),
         manifest=update(f"{RESULTS}/compare/manifest.json"),
     log:
         f"{LOGS}/compare.log",

@@ -48,11 +48,7 @@ rule determinism:
     output:
         generations=update(f"{RESULTS}/determinism/generations.parquet"),
         agreement=update(f"{RESULTS}/determinism/agreement.parquet"),
-        summary=report(
-            update(f"{RESULTS}/determinism/summary.parquet"),
-            caption="../report/determinism_summary.rst",
-            category="Tables",
-        ),
+        summary=update(f"{RESULTS}/determinism/summary.parquet"),
         kernels=update(f"{RESULTS}/determinism/kernels.parquet"),
         manifest=update(f"{RESULTS}/determinism/manifest.json"),
     log:

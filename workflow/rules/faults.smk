@@ -96,7 +96,7 @@ rule faults_smoke:
         capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("faults"),
     output:
-        **faults_outputs(f"{RESULTS}/faults_smoke", in_report=False),
+        **faults_outputs(f"{RESULTS}/faults_smoke"),
     log:
         f"{LOGS}/faults_smoke.log",
     benchmark:

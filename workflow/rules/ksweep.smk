@@ -5,9 +5,7 @@ rule ksweep:
         counts=update(f"{RESULTS}/ksweep/counts.parquet"),
         ulp=update(f"{RESULTS}/ksweep/ulp.parquet"),
         fits=update(f"{RESULTS}/ksweep/fits.parquet"),
-        summary=report(
-            update(f"{RESULTS}/ksweep/summary.parquet"), caption="../report/ksweep_summary.rst", category="Tables"
-        ),
+        summary=update(f"{RESULTS}/ksweep/summary.parquet"),
         evidence=update(f"{RESULTS}/ksweep/evidence.parquet"),
         manifest=update(f"{RESULTS}/ksweep/manifest.json"),
     log:

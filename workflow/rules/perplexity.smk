@@ -7,11 +7,7 @@ rule perplexity:
         protocol=protocol_files("perplexity"),
     output:
         windows=update(f"{RESULTS}/perplexity/windows.parquet"),
-        summary=report(
-            update(f"{RESULTS}/perplexity/summary.parquet"),
-            caption="../report/perplexity_summary.rst",
-            category="Tables",
-        ),
+        summary=update(f"{RESULTS}/perplexity/summary.parquet"),
         manifest=update(f"{RESULTS}/perplexity/manifest.json"),
     log:
         f"{LOGS}/perplexity.log",

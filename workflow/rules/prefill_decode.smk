@@ -5,11 +5,7 @@ rule prefill_decode:
         requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("prefill_decode"),
     output:
-        prefill_decode=report(
-            update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),
-            caption="../report/prefill_decode.rst",
-            category="Tables",
-        ),
+        prefill_decode=update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),
         first_divergence=update(f"{RESULTS}/prefill_decode/first_divergence.parquet"),
         manifest=update(f"{RESULTS}/prefill_decode/manifest.json"),
     log:

@@ -1,7 +1,7 @@
 # llm-compressor's own W8A8 of the parent: the requant gate's independent reference. Only in the DAG
 # when the config names no committed checkpoint (model.checkpoint), which is the reference otherwise.
 # The job runs in llm-compressor's environment, not Snakemake's: its virtualenv (./bootstrap), or
-# under --sdm conda envs/llmcompressor.yaml. The checkpoint folder beside the manifest is listed and
+# under --sdm conda workflow/envs/llmcompressor.yaml. The checkpoint folder beside the manifest is listed and
 # hashed by the manifest, declared only for --delete-all-output (deleted_with in common.smk).
 rule reference_checkpoint:
     input:
@@ -18,7 +18,7 @@ rule reference_checkpoint:
     benchmark:
         f"{BENCHMARKS}/reference.tsv"
     conda:
-        "../../envs/llmcompressor.yaml"
+        "../envs/llmcompressor.yaml"
     threads: stage_threads("reference")
     resources:
         mem_mb=RESOURCES["reference_checkpoint"].mem_mb,

@@ -4,6 +4,15 @@ rule report:
         protocol=protocol_files("report"),
     output:
         **deleted_with(figure=f"{RESULTS}/report/*.svg"),
+        # the main tables, one page each, with its caption in workflow/report/<name>.rst
+        **{
+            name: report(
+                update(f"{RESULTS}/report/{report_tables.page(name)}"),
+                caption=f"../report/{name}.rst",
+                category="Tables",
+            )
+            for name in REPORT_TABLES
+        },
         md=update(f"{RESULTS}/report/report.md"),
         html=report(update(f"{RESULTS}/report/report.html"), caption="../report/report.rst", category="Report"),
         appendix_md=update(f"{RESULTS}/report/appendix.md"),

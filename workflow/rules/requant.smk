@@ -10,7 +10,7 @@ rule requant:
     # --delete-all-output (deleted_with in common.smk says why).
     output:
         **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
-        gate=report(update(f"{RESULTS}/requant/gate.parquet"), caption="../report/requant_gate.rst", category="Tables"),
+        gate=update(f"{RESULTS}/requant/gate.parquet"),
         manifest=update(f"{RESULTS}/requant/manifest.json"),
     log:
         f"{LOGS}/requant.log",

@@ -3,7 +3,7 @@ the tokenizer it stores (transformers is imported only when that is asked for), 
 transformers reads it without parsing it more than once.
 
 Planning reads the file's place too (the model's source digest, ``rerun.source_files``),
-in an environment that may hold only Snakemake and the parse-time packages (envs/plan.txt).
+in an environment that may hold only Snakemake and the parse-time packages (workflow/envs/plan.txt).
 """
 
 from __future__ import annotations

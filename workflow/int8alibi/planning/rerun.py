@@ -21,7 +21,7 @@ input file is a param here, each a line a person can read ("code int8alibi/stage
 
 Those params describe the interpreter Snakemake runs in, which is the one its jobs run in (outside
 ``--sdm conda``). One that lacks a library no stage runs without (``missing_libraries``: the planning
-environment of ``envs/plan.txt``) can neither run the stages nor tell whether a finished run is
+environment of ``workflow/envs/plan.txt``) can neither run the stages nor tell whether a finished run is
 current: ``unjudged`` says so in one line instead of a plan that reruns everything.
 """
 
@@ -39,6 +39,7 @@ from typing import Any
 from ..provenance.code import CodeDigests
 from ..provenance.environment import library_versions
 from ..provenance.hashing import sha256_file
+from ..tools.venv_stamp import lock_file
 from .stage_needs import STAGES
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
@@ -55,9 +56,9 @@ PROJECT_PYTHON = f"{PROJECT_BIN}/python"
 SOURCE_CACHE = "source-digests.json"
 CODE_CACHE = "code-digests.json"
 # The reference_checkpoint rule's interpreter outside conda: llm-compressor's own virtualenv
-# (./bootstrap builds it from envs/llmcompressor.txt), named relative to the project root.
+# (./bootstrap builds it from its lock), named relative to the project root.
 LLMCOMPRESSOR_VENV = ".venv-llmcompressor"
-LLMCOMPRESSOR_LOCK = "envs/llmcompressor.txt"
+LLMCOMPRESSOR_LOCK = lock_file("llmcompressor")
 
 
 # What Snakemake expands in a string param as a wildcard: "{name}" or "{name,constraint}" (its own
@@ -186,7 +187,7 @@ def cannot_run(missing: list[str]) -> str:
 
 def llmcompressor_python(conda: bool) -> str:
     """The reference_checkpoint rule's interpreter: the job's conda environment's ``python`` under
-    ``--sdm conda`` (envs/llmcompressor.yaml), else llm-compressor's virtualenv, by a relative path."""
+    ``--sdm conda`` (workflow/envs/llmcompressor.yaml), else llm-compressor's virtualenv, by a relative path."""
     return "python" if conda else f"{LLMCOMPRESSOR_VENV}/bin/python"
 
 

@@ -79,7 +79,7 @@ def _torch_for_auto() -> Any:
         import torch
     except ImportError:
         raise InputError("device: auto / arms: auto are resolved with torch, which this environment does not have "
-                         "(planning with Snakemake and the parse-time packages of envs/plan.txt only): run "
+                         "(planning with Snakemake and the parse-time packages of workflow/envs/plan.txt only): run "
                          "Snakemake from the project's environment (.venv, made by ./bootstrap), or name device "
                          "and arms in the config (e.g. device: cpu, arms: [exact-cutlass-order, "
                          "exact-triton-order])") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..errors import InputError
 from ..protocol import GateReport, gate
 from ..provenance.atomic import write_bytes
 from ..provenance.hashing import sha256_file
+from ..tools.venv_stamp import ENVS
 from .resolve import plan
 from .rerun import shard_ranges, use_gpu
 
@@ -34,6 +36,8 @@ REPORTED_STAGES = ("protocol", "requant", "compare", "faults", "determinism", "p
 GPU_ONLY_STAGES = ("ksweep",)
 # Beside each run config, the SHA-256 of its bytes as written (``config.yaml.sha256``).
 SEAL_SUFFIX = ".sha256"
+# The rule files' folder, relative to the checkout's root: what a rule's conda environment is named from.
+RULES = "workflow/rules"
 
 
 def checked_config(config: dict[str, Any], configfiles: Iterable[str | Path],
@@ -122,9 +126,11 @@ def report_inputs(results: str, run: Mapping[str, Any]) -> list[str]:
 
 
 def software_env(run: Mapping[str, Any], gpu_capable: bool = False) -> str:
-    """The conda environment file (for ``--sdm conda``, see envs/README.md) a job runs in, relative
-    to the rule files: the GPU set for a GPU-capable stage of a CUDA run, else the CPU lock."""
-    return "../../envs/gpu.yaml" if gpu_capable and use_gpu(run) else "../../envs/cpu.yaml"
+    """The conda environment file (for ``--sdm conda``, see workflow/envs/README.md) a job runs in,
+    relative to the rule files as Snakemake reads it: the GPU set for a GPU-capable stage of a CUDA
+    run, else the CPU lock."""
+    group = "gpu" if gpu_capable and use_gpu(run) else "cpu"
+    return posixpath.relpath(f"{ENVS}/{group}.yaml", RULES)
 
 
 def deleted_paths(patterns: Mapping[str, str]) -> dict[str, tuple[str, bool]]:

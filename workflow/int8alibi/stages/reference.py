@@ -4,8 +4,8 @@ The gate is an independent test only if someone else's tool made the bytes it co
 This stage lets llm-compressor itself quantize the model stage's bf16 parent, data-free
 (``oneshot`` with ``QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])``
 and no dataset), and save it with ``save_compressed=True``. It runs in the tool's own environment
-(``.venv-llmcompressor`` from ``envs/llmcompressor.txt``, or the conda environment
-``envs/llmcompressor.yaml``), where this package is installed editable without its dependencies;
+(``.venv-llmcompressor`` from ``workflow/envs/llmcompressor.txt``, or the conda environment
+``workflow/envs/llmcompressor.yaml``), where this package is installed editable without its dependencies;
 nothing here imports the tool until ``quantize`` runs.
 
 Output: ``<out>/checkpoint/`` with every file the tool wrote (config.json with its
@@ -61,7 +61,7 @@ def tool_versions() -> dict[str, str]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             raise InputError(f"{name} is not installed in this Python environment: the reference stage runs in "
-                             f"llm-compressor's own (.venv-llmcompressor, envs/llmcompressor.txt)") from None
+                             f"llm-compressor's own (.venv-llmcompressor, workflow/envs/llmcompressor.txt)") from None
     return versions
 
 

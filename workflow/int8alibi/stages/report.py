@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..protocol import load
 from ..provenance.hashing import open_regular
 from ..provenance.manifest import write_manifest
-from ..report import batch, document, ksweep, sections, summary
+from ..report import batch, document, ksweep, sections, summary, tables
 from ..runtime.runner import log, stage_main
 
 
@@ -131,7 +131,7 @@ def run(cfg: Config, out_dir: Path, results: Path | None = None, benchmarks: Pat
     results = Path(results or cfg.results)
     benchmarks = Path(benchmarks) if benchmarks else Path("benchmarks") / ("" if results.name == "results" else results.name)
     doc = build(cfg, results)
-    written = document.write(doc, out_dir)
+    written = document.write(doc, out_dir) + tables.write(results, out_dir)  # pages for Snakemake's report
     log_stage_times(benchmarks)
     # the cross-model view reads reports, never the other way round
     inputs = sorted(p for p in results.glob("*/*.parquet") if p.parent.name not in ("report", "crossmodel"))

@@ -8,7 +8,7 @@ venv of a copied checkout runs the original's code, and a moved one's does not s
 difference but a changed lock file means the venv is rebuilt from nothing: reinstalling the pins
 into it would neither take a swapped torch build back (its version number still matches) nor
 rewrite a shebang. Standard library only: bootstrap runs it with the system Python, before any
-virtualenv exists; ``envs/install`` runs it with the target's Python to refuse a lock the target
+virtualenv exists; ``workflow/envs/install`` runs it with the target's Python to refuse a lock the target
 was not built from.
 """
 
@@ -27,6 +27,10 @@ from importlib.metadata import distributions
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+# The environments (the locks, their installer, the conda files), relative to the checkout's root: in
+# the workflow folder, where the Snakemake workflow catalog's layout keeps them. Here, beside the
+# stamp that reads them, and not in a module the stages import: moving it reruns no stage.
+ENVS = "workflow/envs"
 STAMP = ".int8alibi-setup"
 FORMAT = "int8alibi-venv/1"
 PACKAGE = "int8alibi"
@@ -48,6 +52,11 @@ class Decision:
 
     action: str
     reason: str
+
+
+def lock_file(lock: str) -> str:
+    """A lock's file, relative to the checkout's root (how the messages name it, too)."""
+    return f"{ENVS}/{lock}.txt"
 
 
 def _name(name: str) -> str:
@@ -85,7 +94,7 @@ def editable_root(venv: Path) -> str | None:
 def inputs_digest(root: Path, locks: Sequence[str]) -> str:
     """The locks' bytes with the installer's and pyproject.toml's: a change reinstalls the pins."""
     digest = hashlib.sha256()
-    for rel in [*(f"envs/{lock}.txt" for lock in locks), "envs/install", "pyproject.toml"]:
+    for rel in [*(lock_file(lock) for lock in locks), f"{ENVS}/install", "pyproject.toml"]:
         digest.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -127,17 +136,17 @@ def decide(venv: Path, root: Path, locks: Sequence[str]) -> Decision:
     if editable is not None and os.path.realpath(editable) != here:
         return Decision("rebuild", f"{venv.name} runs the package of {editable}, not {here}")
     if stamp.get("locks") != list(locks):
-        was = ", ".join(f"envs/{lock}.txt" for lock in stamp.get("locks") or [])
-        return Decision("rebuild", f"{venv.name} holds {was}, not " + ", ".join(f"envs/{lock}.txt" for lock in locks))
+        was = ", ".join(lock_file(lock) for lock in stamp.get("locks") or [])
+        return Decision("rebuild", f"{venv.name} holds {was}, not " + ", ".join(lock_file(lock) for lock in locks))
     recorded = stamp.get("installed")
     now = installed(venv)
     if not isinstance(recorded, dict) or recorded != now:
         return Decision("rebuild", f"{venv.name}'s packages changed since bootstrap installed them: "
                                    + _changes(recorded if isinstance(recorded, dict) else {}, now))
     if stamp.get("inputs") != inputs_digest(root, locks):
-        return Decision("install", f"{', '.join(f'envs/{lock}.txt' for lock in locks)}, envs/install or "
+        return Decision("install", f"{', '.join(lock_file(lock) for lock in locks)}, {ENVS}/install or "
                                    "pyproject.toml changed")
-    return Decision("ok", f"{venv.name} holds {', '.join(f'envs/{lock}.txt' for lock in locks)}")
+    return Decision("ok", f"{venv.name} holds {', '.join(lock_file(lock) for lock in locks)}")
 
 
 def check_install(prefix: Path, lock: str) -> None:
@@ -149,8 +158,8 @@ def check_install(prefix: Path, lock: str) -> None:
     base = list(stamp.get("locks") or [])
     if base[:1] == [ADD_ONS.get(lock, lock)]:
         return
-    held = ", ".join(f"envs/{name}.txt" for name in base)
-    raise StampError(f"envs/install: {prefix} was built by ./bootstrap from {held}; envs/{lock}.txt goes into "
+    held = ", ".join(lock_file(name) for name in base)
+    raise StampError(f"{ENVS}/install: {prefix} was built by ./bootstrap from {held}; {lock_file(lock)} goes into "
                      f"an environment of its own: run {HOW.get(lock, './bootstrap')}")
 
 
