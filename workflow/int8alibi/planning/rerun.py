@@ -43,9 +43,9 @@ from ..tools.venv_stamp import lock_file
 from .stage_needs import STAGES
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
-# is left out: it schedules, it computes nothing.
+# is left out: it schedules, it computes nothing. scipy fits the K sweep; jinja2 renders the report.
 BYTE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "tokenizers", "gguf",
-                  "accelerate", "compressed-tensors", "triton", "vllm")
+                  "accelerate", "compressed-tensors", "triton", "vllm", "scipy", "jinja2")
 # The libraries no stage runs without: an interpreter lacking one cannot run a stage, and its library
 # params describe no environment a stage ran in.
 STAGE_LIBRARIES = ("torch", "numpy", "pandas", "pyarrow")

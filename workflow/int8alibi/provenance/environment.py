@@ -18,7 +18,7 @@ from .. import portable
 from .hashing import PACKAGE_ROOT
 
 LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "gguf", "triton",
-             "snakemake", "compressed-tensors", "vllm")
+             "snakemake", "compressed-tensors", "vllm", "scipy", "jinja2")
 # Variables that change GPU kernel arithmetic or its determinism (TRITON_INTERPRET changes bf16
 # casts); the CPU's steering variables are recorded with the CPU facts (int8alibi.portable).
 ENV_VARS = ("TRITON_INTERPRET", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
