@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from .. import stage_spec
 from ..protocol.chain import read_amendments
 from ..protocol.pins import predictions_pin
 from ..provenance.hashing import sha256_file
@@ -217,14 +218,14 @@ def findings(t: Tables, protocol: Any, emulated: bool | None = None, run: RunFac
     return blocks
 
 
-KERNEL_STAGES = ("compare", "tokens", "prefill_decode", "batch")  # stages whose manifests record the two kernel arms
+KERNEL_STAGES = tuple(s for s in stage_spec.STAGES if s.kernel_arms)  # whose manifests record the two kernel arms
 
 
 def emulated_arms(results: Path) -> bool | None:
     """Whether both kernel arms of the run were exact emulations, from the first manifest of
     ``KERNEL_STAGES`` that records arms (None: no such manifest)."""
     for stage in KERNEL_STAGES:
-        path = Path(results) / stage / "manifest.json"
+        path = Path(results) / stage.path(stage_spec.MANIFEST)
         if not path.exists():
             continue
         arms = [a for a in json.loads(path.read_text()).get("arms") or [] if isinstance(a, dict) and "arm" in a]
