@@ -25,7 +25,7 @@ quiet_bars()
 from int8alibi import parse_cache
 from int8alibi.planning import workflow_plan
 from int8alibi.errors import Int8AlibiError
-from int8alibi.protocol import STAGE_FILES
+from int8alibi import stage_spec
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority
@@ -190,7 +190,41 @@ def stage_threads(stage):
 
 def protocol_files(stage):
     """The protocol files a stage reads: an amendment touching one reruns exactly those stages."""
-    return [f"preregistration/{name}" for name in STAGE_FILES[stage]]
+    return [f"preregistration/{name}" for name in stage_spec.stage(stage).protocol]
+
+
+def stage_file(stage, output):
+    """One output of a stage (int8alibi.stage_spec), under the results folder."""
+    return f"{RESULTS}/{stage_spec.table(stage, output)}"
+
+
+def stage_outputs(stage, folder=None, captions={}, category="Tables"):
+    """A stage's rule outputs, given as `**stage_outputs(...)`: every output its spec entry
+    (int8alibi.stage_spec) declares, in its folder (or `folder`), each marked `update`, the tensor
+    folders and figures beside them only for --delete-all-output (deleted_with); `captions` names, per
+    output, its caption in workflow/report/ for Snakemake's report."""
+    spec = stage_spec.stage(stage)
+    folder = folder or f"{RESULTS}/{spec.directory}"
+    out = deleted_with(**{name: f"{folder}/{path}" for name, path in spec.folders.items()})
+    for name, file in spec.outputs.items():
+        path = update(f"{folder}/{file}")
+        out[name] = report(path, caption=f"../report/{captions[name]}", category=category) if name in captions else path
+    return out
+
+
+def stage_resources(rule):
+    """A rule's `resources:`, given as `**stage_resources(...)`: host memory and wall time from its
+    stage's memory model (RESOURCES above), plus a GPU and device memory for a rule of a GPU stage (one
+    GPU always for a GPU-only stage, else one on a CUDA run); a stage without a memory model asks for
+    its fixed mem_mb."""
+    spec = stage_spec.rule_stages()[rule]
+    if not spec.memory_model:
+        return {"mem_mb": spec.mem_mb}
+    held = RESOURCES[rule]
+    resources = {"mem_mb": held.mem_mb, "runtime": held.runtime}
+    if spec.gpu:
+        resources.update(gpu=1 if spec.gpu_only else use_gpu(RUN), gpu_mem_mb=held.gpu_mem_mb)
+    return resources
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
@@ -225,28 +259,9 @@ def software_env(gpu_capable=False):
     return workflow_plan.software_env(RUN, gpu_capable)
 
 
-# The fault campaign's outputs, by output name: a run, its sharded gather and the smoke run write the
-# same set into their folder.
-FAULTS_FILES = {
-    "cells": "cells.parquet",
-    "scorecard": "scorecard.parquet",
-    "detection": "detection.parquet",
-    "ulp": "ulp_distribution.parquet",
-    "flips": "flips.parquet",
-    "totals": "totals.parquet",
-    "decisions": "decisions.parquet",
-    "manifest": "manifest.json",
-}
-
-
-def faults_outputs(folder, in_report=True):
-    """The campaign's outputs in `folder`; `in_report`: the scorecard and detection table go into
-    Snakemake's report, each with its caption in workflow/report/."""
-    out = {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
-    if in_report:
-        for name in ("scorecard", "detection"):
-            out[name] = report(out[name], caption=f"../report/faults_{name}.rst", category="Tables")
-    return out
+# The campaign's tables that go into Snakemake's report (a run and its sharded gather), each with its
+# caption in workflow/report/.
+FAULTS_CAPTIONS = {"scorecard": "faults_scorecard.rst", "detection": "faults_detection.rst"}
 
 
 def faults_shard_dirs(wildcards):

@@ -3,12 +3,7 @@ rule report:
         manifests=REPORT_INPUTS,
         protocol=protocol_files("report"),
     output:
-        **deleted_with(figure=f"{RESULTS}/report/*.svg"),
-        md=update(f"{RESULTS}/report/report.md"),
-        html=report(update(f"{RESULTS}/report/report.html"), caption="../report/report.rst", category="Report"),
-        appendix_md=update(f"{RESULTS}/report/appendix.md"),
-        appendix_html=update(f"{RESULTS}/report/appendix.html"),
-        manifest=update(f"{RESULTS}/report/manifest.json"),
+        **stage_outputs("report", captions={"html": "report.rst"}, category="Report"),
     log:
         f"{LOGS}/report.log",
     benchmark:
@@ -17,7 +12,7 @@ rule report:
         software_env()
     threads: stage_threads("report")
     resources:
-        mem_mb=2000,
+        **stage_resources("report"),
     params:
         **stage_params("report"),
     shell:

@@ -9,9 +9,7 @@ rule requant:
     # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
     # --delete-all-output (deleted_with in common.smk says why).
     output:
-        **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
-        gate=report(update(f"{RESULTS}/requant/gate.parquet"), caption="../report/requant_gate.rst", category="Tables"),
-        manifest=update(f"{RESULTS}/requant/manifest.json"),
+        **stage_outputs("requant", captions={"gate": "requant_gate.rst"}),
     log:
         f"{LOGS}/requant.log",
     benchmark:
@@ -20,10 +18,7 @@ rule requant:
         software_env(gpu_capable=True)
     threads: stage_threads("requant")
     resources:
-        mem_mb=RESOURCES["requant"].mem_mb,
-        runtime=RESOURCES["requant"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["requant"].gpu_mem_mb,
+        **stage_resources("requant"),
     params:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
         **stage_params("requant"),
