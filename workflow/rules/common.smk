@@ -233,7 +233,7 @@ REPORT_INPUTS = workflow_plan.report_inputs(RESULTS, RUN)
 
 
 def final_targets():
-    return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html", rules.report_figures.output.figures]
+    return [rules.report.output.md, rules.report.output.html, rules.report_figures.output.figures]
 
 
 # Folders of tensors beside a stage's tables (the saved parent, captured operands, checkpoints) and

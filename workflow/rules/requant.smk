@@ -22,6 +22,8 @@ rule requant:
     params:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
         **stage_params("requant"),
-        reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
+        reference=(
+            [] if RUN["model"].get("checkpoint") else ["--input", f"reference={stage_file('reference', 'manifest')}"]
+        ),
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

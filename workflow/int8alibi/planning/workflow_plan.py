@@ -145,7 +145,7 @@ def crossmodel_manifests(runs: Iterable[str] | None) -> list[str]:
                          "as snakemake crossmodel --config "
                          "'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]' "
                          "(each the `results` of its own config's run)")
-    return [f"{run}/report/manifest.json" for run in runs]
+    return [f"{run}/{stage_spec.table('report', stage_spec.MANIFEST)}" for run in runs]
 
 
 def shard_dirs(results: str, index: str, shards: int) -> list[str]:
