@@ -14,23 +14,15 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/protocol.smk"
-include: "workflow/rules/model.smk"
-include: "workflow/rules/reference.smk"
-include: "workflow/rules/requant.smk"
-include: "workflow/rules/capture.smk"
-include: "workflow/rules/prediction.smk"
-include: "workflow/rules/compare.smk"
-include: "workflow/rules/faults.smk"
-include: "workflow/rules/determinism.smk"
-include: "workflow/rules/prefill_decode.smk"
-include: "workflow/rules/perplexity.smk"
-include: "workflow/rules/tokens.smk"
-include: "workflow/rules/ksweep.smk"
-include: "workflow/rules/batch.smk"
-include: "workflow/rules/report.smk"
+
+
+# Each stage's rule file, in the stage spec's order (int8alibi.stage_spec: a stage after those it reads).
+for rule_file in dict.fromkeys(stage.rules_file for stage in stage_spec.STAGES):
+
+    include: f"workflow/rules/{rule_file}"
+
+
 include: "workflow/rules/report_figures.smk"
-include: "workflow/rules/crossmodel.smk"
 
 
 # Light jobs run where snakemake runs, never through a cluster's scheduler (with sharded faults, the

@@ -45,6 +45,11 @@ PATHS_ELSEWHERE: dict[str, str] = {
     "int8alibi.stages.crossmodel": "the cross-model view is given finished results folders and opens each one's "
                                    "report manifest (a stage module, issue 48's 'thin' part)",
 }
+# Rule files the Snakefile includes by name; every other one is a stage's, included through the spec.
+NOT_STAGE_RULE_FILES: dict[str, str] = {
+    "common.smk": "the set-up and helpers every rule file uses",
+    "report_figures.smk": "copies of the report's figures for Snakemake's own report: no stage folder, no manifest",
+}
 TABLES_ELSEWHERE: dict[str, str] = {
     "int8alibi.planning.floors": "stage_work: one arithmetic formula of work per stage whose floor is counted, "
                                  "keyed by the stage it models (its keys are checked against the spec below)",
@@ -66,6 +71,11 @@ def test_every_stage_module_has_one_entry_and_every_entry_a_module_and_rule_file
         assert set(stage.rules) <= set(rules), stage.name
     owners = [r for s in stage_spec.STAGES for r in s.rules]
     assert len(owners) == len(set(owners))  # a rule does one stage's work
+    # the Snakefile includes the spec's rule files: one the spec does not name would never be read
+    assert set(defined) == {Path(s.rules_file).stem for s in stage_spec.STAGES} | {
+        Path(f).stem for f in NOT_STAGE_RULE_FILES}
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert all(f'include: "workflow/rules/{f}"' in snakefile for f in NOT_STAGE_RULE_FILES)
 
 
 def test_the_spec_is_consistent() -> None:

@@ -2,8 +2,9 @@
 # The Python behind it lives in the package, tested there: the config check, the protocol gate, the
 # run config and the run's folders, targets and job environments (int8alibi.planning.workflow_plan), the
 # params that decide reruns (int8alibi.planning.rerun) from what each stage reads
-# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). What stays here needs
-# Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
+# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). Each stage's
+# outputs, resources and protocol files come from its one declaration (int8alibi.stage_spec). What stays
+# here needs Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
 import re
 import sys

@@ -3,16 +3,21 @@
 A cluster job asks SLURM for ``mem_mb`` and ``runtime`` up front; a fixed request either wastes a
 node on a small model or kills a 14B job. The request here follows what each stage holds, in
 multiples of the bf16 parent P and of one W8A8 checkpoint Q (``model.size.ModelSize``), plus a fixed
-process overhead, with headroom:
+process overhead, with headroom; each stage names its formula (``stage_spec.Stage.memory_model``,
+given here in brackets):
 
-* model: 3 P (the parent and its reloaded copy each run one CPU forward, converting one weight at a
+* model (reload): 3 P (the parent and its reloaded copy each run one CPU forward, converting one weight at a
   time to float32: 2.6 P above the process was measured at 1.7B's width with 4 blocks, where the
   head's float32 copy weighs most);
-* reference (llm-compressor): 2 P + Q; requant: P + 2 Q (the parent, the reference, writers' shards);
-* generate, prefill_decode: P + Q (a fresh parent, then its linears swapped for the checkpoint's);
-* perplexity, tokens: P + Q + float32 logits and log-probabilities of one window per arm;
-* capture: P + Q + one phase's captured operands (int8 weights and activations of every linear);
-* prediction, compare, faults, ksweep: operands of a batch of layers (16 of the largest).
+* reference (llmcompressor): 2 P + Q; requant (writers): P + 2 Q (the parent, the reference, writers'
+  shards);
+* generate, prefill_decode (forward): P + Q (a fresh parent, then its linears swapped for the checkpoint's);
+* perplexity (window_forward), tokens (replay_forward): P + Q + float32 logits and log-probabilities of one
+  window per arm;
+* capture, batch (captured_forward): P + Q + one phase's captured operands (int8 weights and activations of
+  every linear);
+* prediction, compare, ksweep (layer_batch), faults (campaign): operands of a batch of layers (16 of the
+  largest).
 
 ``gpu_mem_mb`` (a CUDA run's device memory) lets one GPU serve several jobs at once on a
 workstation: every GPU job asks for what it holds on the device (the CUDA context plus the host
@@ -24,8 +29,8 @@ at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHAR
 device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
 device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
-``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the analysis chain,
-prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
+A stage's ``priority`` (``stage_spec``) starts the longest chains first when a requant finishes
+(tokens, the analysis chain, prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
 device or the cores and leave a chain to run last, alone. The analysis chain takes one thread
 (``stage_needs.StageNeeds.pinned``), so on a CPU it runs beside the forward jobs from the moment
 capture finishes.
