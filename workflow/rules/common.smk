@@ -200,7 +200,7 @@ def stage_file(stage, output):
 
 
 def stage_outputs(stage, folder=None, captions={}, category="Tables"):
-    """A stage's rule outputs, given as `**stage_outputs(...)`: every output its spec entry
+    """The outputs of a stage, given as `**stage_outputs(...)` in its rules; every output its spec entry
     (int8alibi.stage_spec) declares, in its folder (or `folder`), each marked `update`, the tensor
     folders and figures beside them only for --delete-all-output (deleted_with); `captions` names, per
     output, its caption in workflow/report/ for Snakemake's report."""
