@@ -1,9 +1,11 @@
 """Every stage of the pipeline, declared once: the one table the rules, the pins, the chain's required
 upstream, the planning tables and the report's table readers are derived from.
 
-Adding a stage is its module (``int8alibi.stages.<name>``), its rule file (``workflow/rules/``) and
-its entry here; ``tests/structure/test_stage_spec.py`` checks that the three agree and that no other
-module names a stage's output paths or keys a table by a stage's name. Pure data and the standard
+Adding a stage is its module (``int8alibi.stages.<name>``), its rule file (``workflow/rules/``, which the
+Snakefile includes from here), its entry here and its name in the amendment schema's ``stages`` enum
+(a JSON schema cannot import this; a test holds them equal). ``tests/structure/test_stage_spec.py``
+checks that they agree and that no other module writes a stage's output paths or file names, or a
+table over stage names. Pure data and the standard
 library only: planning reads it on every invocation, dry runs included, and every layer may import it.
 """
 
