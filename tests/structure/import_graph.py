@@ -31,7 +31,7 @@ STAGES = f"{PACKAGE_NAME}.stages"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", (  # no science: errors, text, files, hashes, YAML, the config, the device
         "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "hardware", "portable",
-        "arm_names", "provenance", "provenance.hashing", "provenance.atomic", "provenance.parquet",
+        "arm_names", "stage_spec", "provenance", "provenance.hashing", "provenance.atomic", "provenance.parquet",
         "provenance.transaction", "provenance.code")),
     ("arith and protocol", ("arith", "protocol")),
     ("provenance", (  # a run's records: they record (and audit re-checks) the protocol in force

@@ -58,7 +58,7 @@ class ReadScope:
         self.undeclared.add(key)
         raise ConfigScopeError(f"stage {self.stage} read config key {key!r}, which its rule does not digest (so "
                                f"changing it would not rerun the stage): add it to the stage's config keys in "
-                               f"int8alibi.planning.stage_needs.STAGES (it reads: {', '.join(sorted(self.allowed)) or 'none'})")
+                               f"int8alibi.stage_spec.STAGES (it reads: {', '.join(sorted(self.allowed)) or 'none'})")
 
     @property
     def unread(self) -> list[str]:

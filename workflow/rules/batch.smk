@@ -8,11 +8,7 @@ rule batch:
         requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("batch"),
     output:
-        layers=update(f"{RESULTS}/batch/layers.parquet"),
-        by_m=update(f"{RESULTS}/batch/by_m.parquet"),
-        sequences=update(f"{RESULTS}/batch/sequences.parquet"),
-        summary=update(f"{RESULTS}/batch/summary.parquet"),
-        manifest=update(f"{RESULTS}/batch/manifest.json"),
+        **stage_outputs("batch"),
     log:
         f"{LOGS}/batch.log",
     benchmark:
@@ -22,10 +18,7 @@ rule batch:
         software_env(gpu_capable=True)
     threads: stage_threads("batch")
     resources:
-        mem_mb=RESOURCES["batch"].mem_mb,
-        runtime=RESOURCES["batch"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["batch"].gpu_mem_mb,
+        **stage_resources("batch"),
     params:
         **stage_params("batch"),
     shell:

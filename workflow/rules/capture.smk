@@ -6,9 +6,7 @@ checkpoint capture:
     # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
     # --delete-all-output (deleted_with in common.smk says why).
     output:
-        **deleted_with(operands=f"{RESULTS}/capture/operands"),
-        index=update(f"{RESULTS}/capture/index.parquet"),
-        manifest=update(f"{RESULTS}/capture/manifest.json"),
+        **stage_outputs("capture"),
     log:
         f"{LOGS}/capture.log",
     benchmark:
@@ -18,10 +16,7 @@ checkpoint capture:
         software_env(gpu_capable=True)
     threads: stage_threads("capture")
     resources:
-        mem_mb=RESOURCES["capture"].mem_mb,
-        runtime=RESOURCES["capture"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["capture"].gpu_mem_mb,
+        **stage_resources("capture"),
     params:
         **stage_params("capture"),
     shell:

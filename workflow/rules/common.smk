@@ -2,8 +2,9 @@
 # The Python behind it lives in the package, tested there: the config check, the protocol gate, the
 # run config and the run's folders, targets and job environments (int8alibi.planning.workflow_plan), the
 # params that decide reruns (int8alibi.planning.rerun) from what each stage reads
-# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). What stays here needs
-# Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
+# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). Each stage's
+# outputs, resources and protocol files come from its one declaration (int8alibi.stage_spec). What stays
+# here needs Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
 import re
 import sys
@@ -27,7 +28,7 @@ quiet_bars()
 from int8alibi import parse_cache
 from int8alibi.planning import workflow_plan
 from int8alibi.errors import Int8AlibiError
-from int8alibi.protocol import STAGE_FILES
+from int8alibi import stage_spec
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.report import tables as report_tables
@@ -193,7 +194,41 @@ def stage_threads(stage):
 
 def protocol_files(stage):
     """The protocol files a stage reads: an amendment touching one reruns exactly those stages."""
-    return [f"preregistration/{name}" for name in STAGE_FILES[stage]]
+    return [f"preregistration/{name}" for name in stage_spec.stage(stage).protocol]
+
+
+def stage_file(stage, output):
+    """One output of a stage (int8alibi.stage_spec), under the results folder."""
+    return f"{RESULTS}/{stage_spec.table(stage, output)}"
+
+
+def stage_outputs(stage, folder=None, captions={}, category="Tables"):
+    """The outputs of a stage, given as `**stage_outputs(...)` in its rules; every output its spec entry
+    (int8alibi.stage_spec) declares, in its folder (or `folder`), each marked `update`, the tensor
+    folders and figures beside them only for --delete-all-output (deleted_with); `captions` names, per
+    output, its caption in workflow/report/ for Snakemake's report."""
+    spec = stage_spec.stage(stage)
+    folder = folder or f"{RESULTS}/{spec.directory}"
+    out = deleted_with(**{name: f"{folder}/{path}" for name, path in spec.folders.items()})
+    for name, file in spec.outputs.items():
+        path = update(f"{folder}/{file}")
+        out[name] = report(path, caption=f"../report/{captions[name]}", category=category) if name in captions else path
+    return out
+
+
+def stage_resources(rule):
+    """A rule's `resources:`, given as `**stage_resources(...)`: host memory and wall time from its
+    stage's memory model (RESOURCES above), plus a GPU and device memory for a rule of a GPU stage (one
+    GPU always for a GPU-only stage, else one on a CUDA run); a stage without a memory model asks for
+    its fixed mem_mb."""
+    spec = stage_spec.rule_stages()[rule]
+    if not spec.memory_model:
+        return {"mem_mb": spec.mem_mb}
+    held = RESOURCES[rule]
+    resources = {"mem_mb": held.mem_mb, "runtime": held.runtime}
+    if spec.gpu:
+        resources.update(gpu=1 if spec.gpu_only else use_gpu(RUN), gpu_mem_mb=held.gpu_mem_mb)
+    return resources
 
 
 # What the report reads (and so the target of `all`): every stage's manifest. The K sweep is GPU
@@ -205,7 +240,7 @@ REPORT_TABLES = report_tables.shown(Path(manifest).parent.name for manifest in R
 
 
 def final_targets():
-    return [f"{RESULTS}/report/report.md", f"{RESULTS}/report/report.html", rules.report_figures.output.figures]
+    return [rules.report.output.md, rules.report.output.html, rules.report_figures.output.figures]
 
 
 # Folders of tensors beside a stage's tables (the saved parent, captured operands, checkpoints) and
@@ -229,25 +264,6 @@ def deleted_with(**paths):
 def software_env(gpu_capable=False):
     """The conda environment file a job runs in (int8alibi.planning.workflow_plan.software_env)."""
     return workflow_plan.software_env(RUN, gpu_capable)
-
-
-# The fault campaign's outputs, by output name: a run, its sharded gather and the smoke run write the
-# same set into their folder.
-FAULTS_FILES = {
-    "cells": "cells.parquet",
-    "scorecard": "scorecard.parquet",
-    "detection": "detection.parquet",
-    "ulp": "ulp_distribution.parquet",
-    "flips": "flips.parquet",
-    "totals": "totals.parquet",
-    "decisions": "decisions.parquet",
-    "manifest": "manifest.json",
-}
-
-
-def faults_outputs(folder):
-    """The campaign's outputs in `folder`."""
-    return {name: update(f"{folder}/{file}") for name, file in FAULTS_FILES.items()}
 
 
 def faults_shard_dirs(wildcards):

@@ -6,9 +6,7 @@ rule compare:
         prediction_manifest=rules.prediction.output.manifest,
         protocol=protocol_files("compare"),
     output:
-        layers=update(f"{RESULTS}/compare/layers.parquet"),
-        summary=update(f"{RESULTS}/compare/summary.parquet"),
-        manifest=update(f"{RESULTS}/compare/manifest.json"),
+        **stage_outputs("compare"),
     log:
         f"{LOGS}/compare.log",
     benchmark:
@@ -18,10 +16,7 @@ rule compare:
         software_env(gpu_capable=True)
     threads: stage_threads("compare")
     resources:
-        mem_mb=RESOURCES["compare"].mem_mb,
-        runtime=RESOURCES["compare"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["compare"].gpu_mem_mb,
+        **stage_resources("compare"),
     params:
         **stage_params("compare"),
         # the pinned prediction digest: a new pin reruns compare

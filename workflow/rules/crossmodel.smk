@@ -11,10 +11,7 @@ rule crossmodel:
         reports=crossmodel_reports,
         protocol=protocol_files("crossmodel"),
     output:
-        table=update(f"{RESULTS}/crossmodel/models.parquet"),
-        md=update(f"{RESULTS}/crossmodel/models.md"),
-        html=update(f"{RESULTS}/crossmodel/models.html"),
-        manifest=update(f"{RESULTS}/crossmodel/manifest.json"),
+        **stage_outputs("crossmodel"),
     log:
         f"{LOGS}/crossmodel.log",
     benchmark:
@@ -23,7 +20,7 @@ rule crossmodel:
         software_env()
     threads: stage_threads("crossmodel")
     resources:
-        mem_mb=2000,
+        **stage_resources("crossmodel"),
     params:
         **stage_params("crossmodel"),
         runs=",".join(config.get("crossmodel", [])),

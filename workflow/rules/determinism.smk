@@ -4,8 +4,7 @@ rule generate:
         gate=rules.requant.output.gate,
         protocol=protocol_files("determinism"),
     output:
-        tokens=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/tokens.parquet"),
-        identity=update(f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/identity.json"),
+        **stage_outputs("generate"),
     log:
         f"{LOGS}/generate/{{arm}}_{{checkpoint}}_{{run}}.log",
     benchmark:
@@ -17,10 +16,7 @@ rule generate:
         software_env(gpu_capable=True)
     threads: stage_threads("generate")
     resources:
-        mem_mb=RESOURCES["generate"].mem_mb,
-        runtime=RESOURCES["generate"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["generate"].gpu_mem_mb,
+        **stage_resources("generate"),
     params:
         **stage_params("generate"),
         engine=ENGINE,
@@ -39,18 +35,14 @@ rule determinism:
     """Agreement across arms and runs, joined under the identity contract (fails closed)."""
     input:
         runs=expand(
-            f"{RESULTS}/determinism/runs/{{arm}}/{{checkpoint}}/run{{run}}/tokens.parquet",
+            stage_file("generate", "tokens"),
             arm=KERNEL_ARMS,
             checkpoint=CHECKPOINT_VARIANTS,
             run=[1, 2],
         ),
         protocol=protocol_files("determinism"),
     output:
-        generations=update(f"{RESULTS}/determinism/generations.parquet"),
-        agreement=update(f"{RESULTS}/determinism/agreement.parquet"),
-        summary=update(f"{RESULTS}/determinism/summary.parquet"),
-        kernels=update(f"{RESULTS}/determinism/kernels.parquet"),
-        manifest=update(f"{RESULTS}/determinism/manifest.json"),
+        **stage_outputs("determinism"),
     log:
         f"{LOGS}/determinism.log",
     benchmark:
@@ -59,7 +51,7 @@ rule determinism:
         software_env()
     threads: stage_threads("determinism")
     resources:
-        mem_mb=2000,
+        **stage_resources("determinism"),
     params:
         **stage_params("determinism"),
     shell:

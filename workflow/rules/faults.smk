@@ -6,7 +6,7 @@ if int(config.get("faults_shards", 1)) <= 1:
             capture_manifest=rules.capture.output.manifest,
             protocol=protocol_files("faults"),
         output:
-            **faults_outputs(f"{RESULTS}/faults"),
+            **stage_outputs("faults"),
         log:
             f"{LOGS}/faults.log",
         benchmark:
@@ -16,10 +16,7 @@ if int(config.get("faults_shards", 1)) <= 1:
             software_env(gpu_capable=True)
         threads: stage_threads("faults")
         resources:
-            mem_mb=RESOURCES["faults"].mem_mb,
-            runtime=RESOURCES["faults"].runtime,
-            gpu=use_gpu(RUN),
-            gpu_mem_mb=RESOURCES["faults"].gpu_mem_mb,
+            **stage_resources("faults"),
         params:
             **stage_params("faults"),
         shell:
@@ -52,10 +49,7 @@ else:
             software_env(gpu_capable=True)
         threads: stage_threads("faults")
         resources:
-            mem_mb=RESOURCES["faults_shard"].mem_mb,
-            runtime=RESOURCES["faults_shard"].runtime,
-            gpu=use_gpu(RUN),
-            gpu_mem_mb=RESOURCES["faults_shard"].gpu_mem_mb,
+            **stage_resources("faults_shard"),
         params:
             **stage_params("faults"),
         shell:
@@ -70,7 +64,7 @@ else:
         input:
             shards=faults_shard_manifests,
         output:
-            **faults_outputs(f"{RESULTS}/faults"),
+            **stage_outputs("faults"),
         log:
             f"{LOGS}/faults_gather.log",
         benchmark:
@@ -96,7 +90,7 @@ rule faults_smoke:
         capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("faults"),
     output:
-        **faults_outputs(f"{RESULTS}/faults_smoke"),
+        **stage_outputs("faults", folder=f"{RESULTS}/faults_smoke"),
     log:
         f"{LOGS}/faults_smoke.log",
     benchmark:

@@ -4,9 +4,7 @@ rule model:
     # readers refuse a folder that differs. The source files are a content digest
     # param, not inputs: their timestamps change when a venv is rebuilt or a checkout copied.
     output:
-        **deleted_with(parent=f"{RESULTS}/model/parent"),
-        info=update(f"{RESULTS}/model/parent.parquet"),
-        manifest=update(f"{RESULTS}/model/manifest.json"),
+        **stage_outputs("model"),
     log:
         f"{LOGS}/model.log",
     benchmark:
@@ -15,8 +13,7 @@ rule model:
         software_env()
     threads: stage_threads("model")
     resources:
-        mem_mb=RESOURCES["model"].mem_mb,
-        runtime=RESOURCES["model"].runtime,
+        **stage_resources("model"),
     params:
         # the source files by name, size and content (the GGUF in its package, or every file of the
         # Hugging Face directory): changing one reruns model and everything after it

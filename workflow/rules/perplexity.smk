@@ -6,9 +6,7 @@ rule perplexity:
         model_manifest=rules.model.output.manifest,
         protocol=protocol_files("perplexity"),
     output:
-        windows=update(f"{RESULTS}/perplexity/windows.parquet"),
-        summary=update(f"{RESULTS}/perplexity/summary.parquet"),
-        manifest=update(f"{RESULTS}/perplexity/manifest.json"),
+        **stage_outputs("perplexity"),
     log:
         f"{LOGS}/perplexity.log",
     benchmark:
@@ -18,10 +16,7 @@ rule perplexity:
         software_env(gpu_capable=True)
     threads: stage_threads("perplexity")
     resources:
-        mem_mb=RESOURCES["perplexity"].mem_mb,
-        runtime=RESOURCES["perplexity"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["perplexity"].gpu_mem_mb,
+        **stage_resources("perplexity"),
     params:
         **stage_params("perplexity"),
     shell:

@@ -4,8 +4,7 @@ rule prediction:
         capture_manifest=rules.capture.output.manifest,
         protocol=protocol_files("prediction"),
     output:
-        predictions=update(f"{RESULTS}/prediction/predictions.parquet"),
-        manifest=update(f"{RESULTS}/prediction/manifest.json"),
+        **stage_outputs("prediction"),
     log:
         f"{LOGS}/prediction.log",
     benchmark:
@@ -15,10 +14,7 @@ rule prediction:
         software_env(gpu_capable=True)
     threads: stage_threads("prediction")
     resources:
-        mem_mb=RESOURCES["prediction"].mem_mb,
-        runtime=RESOURCES["prediction"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["prediction"].gpu_mem_mb,
+        **stage_resources("prediction"),
     params:
         **stage_params("prediction"),
     shell:

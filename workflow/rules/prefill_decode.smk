@@ -5,9 +5,7 @@ rule prefill_decode:
         requant_manifest=rules.requant.output.manifest,
         protocol=protocol_files("prefill_decode"),
     output:
-        prefill_decode=update(f"{RESULTS}/prefill_decode/prefill_decode.parquet"),
-        first_divergence=update(f"{RESULTS}/prefill_decode/first_divergence.parquet"),
-        manifest=update(f"{RESULTS}/prefill_decode/manifest.json"),
+        **stage_outputs("prefill_decode"),
     log:
         f"{LOGS}/prefill_decode.log",
     benchmark:
@@ -17,10 +15,7 @@ rule prefill_decode:
         software_env(gpu_capable=True)
     threads: stage_threads("prefill_decode")
     resources:
-        mem_mb=RESOURCES["prefill_decode"].mem_mb,
-        runtime=RESOURCES["prefill_decode"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["prefill_decode"].gpu_mem_mb,
+        **stage_resources("prefill_decode"),
     params:
         **stage_params("prefill_decode"),
     shell:

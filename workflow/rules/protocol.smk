@@ -4,8 +4,7 @@ rule protocol:
         # every amendment: one that only pins data still changes the pins table
         amendments=sorted(f"amendments/{p.name}" for p in (ROOT / "amendments").glob("A-*.yaml")),
     output:
-        pins=update(f"{RESULTS}/protocol/pins.parquet"),
-        manifest=update(f"{RESULTS}/protocol/manifest.json"),
+        **stage_outputs("protocol"),
     log:
         f"{LOGS}/protocol.log",
     benchmark:
@@ -14,7 +13,7 @@ rule protocol:
         software_env()
     threads: stage_threads("protocol")
     resources:
-        mem_mb=1000,
+        **stage_resources("protocol"),
     params:
         **stage_params("protocol"),
     shell:

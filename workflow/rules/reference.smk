@@ -11,8 +11,7 @@ rule reference_checkpoint:
         # rerun this stage, whose manifest records that manifest's digest
         model_manifest=rules.model.output.manifest,
     output:
-        **deleted_with(checkpoint=f"{RESULTS}/reference/checkpoint"),
-        manifest=update(f"{RESULTS}/reference/manifest.json"),
+        **stage_outputs("reference"),
     log:
         f"{LOGS}/reference.log",
     benchmark:
@@ -21,8 +20,7 @@ rule reference_checkpoint:
         "../envs/llmcompressor.yaml"
     threads: stage_threads("reference")
     resources:
-        mem_mb=RESOURCES["reference_checkpoint"].mem_mb,
-        runtime=RESOURCES["reference_checkpoint"].runtime,
+        **stage_resources("reference_checkpoint"),
     params:
         # the environment it runs in is llm-compressor's lock, not the one Snakemake runs in
         **stage_params("reference", environment=lock_param()),

@@ -3,7 +3,7 @@ rule report:
         manifests=REPORT_INPUTS,
         protocol=protocol_files("report"),
     output:
-        **deleted_with(figure=f"{RESULTS}/report/*.svg"),
+        **stage_outputs("report", captions={"html": "report.rst"}, category="Report"),
         # the main tables, one page each, with its caption in workflow/report/<name>.rst
         **{
             name: report(
@@ -13,11 +13,6 @@ rule report:
             )
             for name in REPORT_TABLES
         },
-        md=update(f"{RESULTS}/report/report.md"),
-        html=report(update(f"{RESULTS}/report/report.html"), caption="../report/report.rst", category="Report"),
-        appendix_md=update(f"{RESULTS}/report/appendix.md"),
-        appendix_html=update(f"{RESULTS}/report/appendix.html"),
-        manifest=update(f"{RESULTS}/report/manifest.json"),
     log:
         f"{LOGS}/report.log",
     benchmark:
@@ -26,7 +21,7 @@ rule report:
         software_env()
     threads: stage_threads("report")
     resources:
-        mem_mb=2000,
+        **stage_resources("report"),
     params:
         **stage_params("report"),
     shell:

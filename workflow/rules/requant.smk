@@ -9,9 +9,7 @@ rule requant:
     # Tensor folders beside the tables are listed and hashed by the manifest, declared only for
     # --delete-all-output (deleted_with in common.smk says why).
     output:
-        **deleted_with(checkpoints=f"{RESULTS}/requant/checkpoints"),
-        gate=update(f"{RESULTS}/requant/gate.parquet"),
-        manifest=update(f"{RESULTS}/requant/manifest.json"),
+        **stage_outputs("requant"),
     log:
         f"{LOGS}/requant.log",
     benchmark:
@@ -20,13 +18,12 @@ rule requant:
         software_env(gpu_capable=True)
     threads: stage_threads("requant")
     resources:
-        mem_mb=RESOURCES["requant"].mem_mb,
-        runtime=RESOURCES["requant"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["requant"].gpu_mem_mb,
+        **stage_resources("requant"),
     params:
         # a committed checkpoint's files by name, size and content (requant is the stage that reads them)
         **stage_params("requant"),
-        reference=[] if RUN["model"].get("checkpoint") else ["--input", f"reference={RESULTS}/reference/manifest.json"],
+        reference=(
+            [] if RUN["model"].get("checkpoint") else ["--input", f"reference={stage_file('reference', 'manifest')}"]
+        ),
     shell:
         stage_cmd("requant", f"{RESULTS}/requant", "--input parent={input.parent} {params.reference}") + " 2> {log:q}"

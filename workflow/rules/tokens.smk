@@ -6,12 +6,7 @@ rule tokens:
         model_manifest=rules.model.output.manifest,
         protocol=protocol_files("tokens"),
     output:
-        positions=update(f"{RESULTS}/tokens/positions.parquet"),
-        pairs=update(f"{RESULTS}/tokens/pairs.parquet"),
-        predictor=update(f"{RESULTS}/tokens/predictor.parquet"),
-        check7=update(f"{RESULTS}/tokens/check7.parquet"),
-        influence=update(f"{RESULTS}/tokens/influence.parquet"),
-        manifest=update(f"{RESULTS}/tokens/manifest.json"),
+        **stage_outputs("tokens"),
     log:
         f"{LOGS}/tokens.log",
     benchmark:
@@ -21,10 +16,7 @@ rule tokens:
         software_env(gpu_capable=True)
     threads: stage_threads("tokens")
     resources:
-        mem_mb=RESOURCES["tokens"].mem_mb,
-        runtime=RESOURCES["tokens"].runtime,
-        gpu=use_gpu(RUN),
-        gpu_mem_mb=RESOURCES["tokens"].gpu_mem_mb,
+        **stage_resources("tokens"),
     params:
         **stage_params("tokens"),
     shell:

@@ -3,16 +3,21 @@
 A cluster job asks SLURM for ``mem_mb`` and ``runtime`` up front; a fixed request either wastes a
 node on a small model or kills a 14B job. The request here follows what each stage holds, in
 multiples of the bf16 parent P and of one W8A8 checkpoint Q (``model.size.ModelSize``), plus a fixed
-process overhead, with headroom:
+process overhead, with headroom; each stage names its formula (``stage_spec.Stage.memory_model``,
+given here in brackets):
 
-* model: 3 P (the parent and its reloaded copy each run one CPU forward, converting one weight at a
+* model (reload): 3 P (the parent and its reloaded copy each run one CPU forward, converting one weight at a
   time to float32: 2.6 P above the process was measured at 1.7B's width with 4 blocks, where the
   head's float32 copy weighs most);
-* reference (llm-compressor): 2 P + Q; requant: P + 2 Q (the parent, the reference, writers' shards);
-* generate, prefill_decode: P + Q (a fresh parent, then its linears swapped for the checkpoint's);
-* perplexity, tokens: P + Q + float32 logits and log-probabilities of one window per arm;
-* capture: P + Q + one phase's captured operands (int8 weights and activations of every linear);
-* prediction, compare, faults, ksweep: operands of a batch of layers (16 of the largest).
+* reference (llmcompressor): 2 P + Q; requant (writers): P + 2 Q (the parent, the reference, writers'
+  shards);
+* generate, prefill_decode (forward): P + Q (a fresh parent, then its linears swapped for the checkpoint's);
+* perplexity (window_forward), tokens (replay_forward): P + Q + float32 logits and log-probabilities of one
+  window per arm;
+* capture, batch (captured_forward): P + Q + one phase's captured operands (int8 weights and activations of
+  every linear);
+* prediction, compare, ksweep (layer_batch), faults (campaign): operands of a batch of layers (16 of the
+  largest).
 
 ``gpu_mem_mb`` (a CUDA run's device memory) lets one GPU serve several jobs at once on a
 workstation: every GPU job asks for what it holds on the device (the CUDA context plus the host
@@ -24,8 +29,8 @@ at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHAR
 device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
 device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
-``PRIORITY`` starts the longest chains first when a requant finishes (tokens, the analysis chain,
-prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
+A stage's ``priority`` (``stage_spec``) starts the longest chains first when a requant finishes
+(tokens, the analysis chain, prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
 device or the cores and leave a chain to run last, alone. The analysis chain takes one thread
 (``stage_needs.StageNeeds.pinned``), so on a CPU it runs beside the forward jobs from the moment
 capture finishes.
@@ -58,6 +63,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..campaign_budget import MEMORY_SHARE
+from .. import stage_spec
 from ..errors import InputError, Int8AlibiError
 from .floors import KERNEL_ARMS, CHECKPOINTS, GENERATE_RUNS, RATES, Workload, operand_bytes, stage_work
 from ..model.size import ModelSize, model_size
@@ -75,18 +81,11 @@ TOKENS_LOGIT_BYTES = 7
 TOKENS_CONTROL_COPIES = 4  # arm A, arm B, arm A again, the injection's fault-free reference
 BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH_ARMS)
 CAMPAIGN_REGIMES = 2  # a campaign cell per regime (faults.pipeline.REGIMES): cells_per_layer counts both
-PRIORITY = {"tokens": 2, "capture": 2, "prediction": 2, "compare": 2, "faults": 2, "faults_shard": 2,
-            "prefill_decode": 1, "perplexity": 1, "batch": 1}
-GPU_RULES = ("requant", "capture", "generate", "prefill_decode", "perplexity", "tokens", "prediction", "compare",
-             "faults", "faults_shard", "ksweep", "batch")  # the rules that declare gpu_mem_mb
-# batch shapes fixed by the protocol: never chunked
-FORWARD_RULES = ("capture", "generate", "prefill_decode", "perplexity", "tokens", "batch")
-RULE_STAGE = {  # rule -> the stage whose work it does (faults_shard: its share of the campaign)
-    "model": "model", "reference_checkpoint": "reference", "requant": "requant", "capture": "capture",
-    "generate": "generate", "prefill_decode": "prefill_decode", "perplexity": "perplexity", "tokens": "tokens",
-    "prediction": "prediction", "compare": "compare", "faults": "faults", "faults_shard": "faults",
-    "ksweep": "ksweep", "batch": "batch",
-}
+_RULES = stage_spec.rule_stages()
+# the rules with a memory model, each to its stage (faults_shard: its share of the campaign)
+RULE_STAGE = {rule: s.name for rule, s in _RULES.items() if s.memory_model}
+GPU_RULES = tuple(rule for rule, s in _RULES.items() if s.gpu)  # the rules that declare gpu_mem_mb
+FORWARD_RULES = tuple(rule for rule, s in _RULES.items() if s.forward)  # batch shapes fixed by the protocol
 
 
 @dataclass(frozen=True)
@@ -101,22 +100,24 @@ class Resources:
 
 
 def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
-    """Host bytes a job of ``rule`` holds beyond the process overhead (see the module doc)."""
+    """Host bytes a job of ``rule`` holds beyond the process overhead, by its stage's memory model
+    (``stage_spec.Stage.memory_model``; see the module doc)."""
     p, q = size.parent_bytes, size.checkpoint_bytes
     window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
     layer_operands = size.max_linear_params + load.prefill_tokens * max(size.hidden, size.intermediate)
+    layer_batch = OPERAND_BATCH * layer_operands
     held = {
-        "model": 3 * p,
-        "reference_checkpoint": 2 * p + q,
-        "requant": p + 2 * q,
-        "capture": p + q + operand_bytes(size, load.prefill_tokens),
-        "generate": p + q,
-        "prefill_decode": p + q,
-        "batch": p + q + operand_bytes(size, load.prefill_tokens),
-        "perplexity": p + q + window_logits,
-        "tokens": p + q + KERNEL_ARMS * window_logits,
+        "reload": 3 * p,
+        "llmcompressor": 2 * p + q,
+        "writers": p + 2 * q,
+        "captured_forward": p + q + operand_bytes(size, load.prefill_tokens),
+        "forward": p + q,
+        "window_forward": p + q + window_logits,
+        "replay_forward": p + q + KERNEL_ARMS * window_logits,
+        "layer_batch": layer_batch,
+        "campaign": layer_batch,
     }
-    return held.get(rule, OPERAND_BATCH * layer_operands)
+    return held[_RULES[rule].memory_model]
 
 
 def _jobs(rule: str, faults_shards: int) -> int:
@@ -144,8 +145,8 @@ def rule_resources(rule: str, size: ModelSize, load: Workload, device: str, faul
 
 
 def rule_priority(rule: str) -> int:
-    """The rule's ``priority:`` (see the module doc)."""
-    return PRIORITY.get(rule, 0)
+    """The rule's ``priority:``, its stage's (see the module doc)."""
+    return _RULES[rule].priority if rule in _RULES else 0
 
 
 def tokens_batch_copies(load: Workload) -> int:
@@ -160,10 +161,10 @@ def device_bytes(rule: str, size: ModelSize, load: Workload, device: str, device
     (it then asks for the whole device)."""
     if device != "cuda":
         return None
-    held = held_bytes(rule, size, load)
-    if rule == "tokens":
+    held, model = held_bytes(rule, size, load), _RULES[rule].memory_model
+    if model == "replay_forward":
         held += tokens_batch_copies(load) * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
-    elif rule in ("faults", "faults_shard"):
+    elif model == "campaign":
         if device_mb is None:
             return -1
         held += device_mb * MIB // MEMORY_SHARE

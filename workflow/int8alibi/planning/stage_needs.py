@@ -1,4 +1,5 @@
-"""What each stage reads besides its input files, in one table both sides use.
+"""What each stage reads besides its input files, in one table both sides use (derived from
+``int8alibi.stage_spec``, where each stage declares it).
 
 The rules digest exactly a stage's ``config`` keys and ``sources`` (so changing a key reruns the
 stages that read it and no other) and take its ``threads``; the stage runner (``int8alibi.stages``)
@@ -13,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .. import stage_spec
 from ..portable import FORWARD_THREADS
 
 # Keys any stage may read without its rule digesting them, each with why no output byte depends on
@@ -54,26 +56,8 @@ class StageNeeds:
         return FORWARD_THREADS if self.pinned else self.cpu_threads
 
 
-_MODEL_RUN = ("model", "size_profile", "device", "arms")
-
 STAGES: dict[str, StageNeeds] = {
-    "protocol": StageNeeds(cpu_threads=1),
-    "model": StageNeeds(("model",), sources=("parent",)),
-    "reference": StageNeeds(),
-    "requant": StageNeeds(("model", "device"), sources=("checkpoint",)),
-    "capture": StageNeeds(("model", "size_profile", "corpus", "device", "arms"), sources=("corpus",), forward=True),
-    "prediction": StageNeeds(("device",), float_statistics=True),
-    "compare": StageNeeds(("arms", "device", "exploratory"), float_statistics=True),
-    "faults": StageNeeds(("device", "exploratory"), float_statistics=True),
-    "generate": StageNeeds(("model", "size_profile", "device"), forward=True),
-    "determinism": StageNeeds(("arms", "device"), cpu_threads=1),
-    "prefill_decode": StageNeeds(_MODEL_RUN, forward=True),
-    "perplexity": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
-    "tokens": StageNeeds((*_MODEL_RUN, "corpus"), sources=("corpus",), forward=True),
-    "ksweep": StageNeeds(),
-    "batch": StageNeeds(_MODEL_RUN, forward=True),
-    "report": StageNeeds(("model", "size_profile", "corpus", "arms", "device"), cpu_threads=1),
-    "crossmodel": StageNeeds(cpu_threads=1),
+    s.name: StageNeeds(s.config, s.sources, s.forward, s.cpu_threads, s.float_statistics) for s in stage_spec.STAGES
 }
 
 
@@ -82,7 +66,7 @@ def needs(stage: str) -> StageNeeds:
     try:
         return STAGES[stage]
     except KeyError:
-        raise KeyError(f"stage {stage!r} is not in int8alibi.planning.stage_needs.STAGES") from None
+        raise KeyError(f"stage {stage!r} is not in int8alibi.stage_spec.STAGES") from None
 
 
 # The line a stage's log ends with (``int8alibi.stages.log_reads``).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import strict_yaml
+from .. import stage_spec, strict_yaml
 from ..config import (check_bounded, command_line_booleans, current_run_config, earlier_plan, expand_env,
                       results_dir, run_config_path, validate, write_run_config)
 from ..errors import InputError
@@ -29,11 +29,6 @@ from .rerun import shard_ranges, use_gpu
 
 # What the strict checks call the config Snakemake assembled.
 SOURCE = "config (after --configfile/--config)"
-# Every stage the report reads (and so the target of `all`), by its manifest; the K sweep is GPU
-# only: part of the run when the device resolves to CUDA, else left out (the report says so).
-REPORTED_STAGES = ("protocol", "requant", "compare", "faults", "determinism", "prefill_decode", "perplexity", "tokens",
-                   "batch")
-GPU_ONLY_STAGES = ("ksweep",)
 # Beside each run config, the SHA-256 of its bytes as written (``config.yaml.sha256``).
 SEAL_SUFFIX = ".sha256"
 # The rule files' folder, relative to the checkout's root: what a rule's conda environment is named from.
@@ -120,9 +115,13 @@ def side_folders(config: Mapping[str, Any], results: str) -> tuple[str, str]:
 
 
 def report_inputs(results: str, run: Mapping[str, Any]) -> list[str]:
-    """The manifests the report reads: every reported stage's, the GPU-only ones in a CUDA run."""
-    stages = [*REPORTED_STAGES, *(GPU_ONLY_STAGES if use_gpu(run) else ())]
-    return [f"{results}/{stage}/manifest.json" for stage in stages]
+    """The manifests the report reads (and so the target of `all`): every reported stage's
+    (``stage_spec.Stage.reported``), the GPU-only ones (the K sweep) only in a CUDA run, else left out
+    (the report says so)."""
+    gpu = use_gpu(run)
+    stages = [s for s in stage_spec.STAGES if s.reported and not s.gpu_only]
+    stages += [s for s in stage_spec.STAGES if s.reported and s.gpu_only and gpu]
+    return [f"{results}/{s.path(stage_spec.MANIFEST)}" for s in stages]
 
 
 def software_env(run: Mapping[str, Any], gpu_capable: bool = False) -> str:
@@ -152,7 +151,7 @@ def crossmodel_manifests(runs: Iterable[str] | None) -> list[str]:
                          "as snakemake crossmodel --config "
                          "'crossmodel=[results/qwen3-1.7b,results/qwen3-8b,results/qwen3-14b]' "
                          "(each the `results` of its own config's run)")
-    return [f"{run}/report/manifest.json" for run in runs]
+    return [f"{run}/{stage_spec.table('report', stage_spec.MANIFEST)}" for run in runs]
 
 
 def shard_dirs(results: str, index: str, shards: int) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from .. import stage_spec
 from ..errors import ProtocolError
 
 PROTOCOL_DIR = "preregistration"
@@ -43,37 +44,10 @@ PROTOCOL_FILES: tuple[str, ...] = (
 )
 
 # Protocol files each stage reads, as names inside preregistration/ (a rule's inputs are
-# preregistration/<name>). A rule declares exactly these, so an amendment reruns the stages whose
-# files it changed and whatever depends on them.
-STAGE_FILES: dict[str, list[str]] = {
-    "protocol": [Path(f).name for f in PROTOCOL_FILES],
-    "model": [],
-    "reference": [],
-    "requant": ["thresholds.yaml"],
-    "capture": ["thresholds.yaml", "analysis.yaml"],
-    "prediction": ["thresholds.yaml", "analysis.yaml"],
-    "compare": ["thresholds.yaml", "analysis.yaml"],
-    "faults": [
-        "faults.yaml",
-        "checks.yaml",
-        "thresholds.yaml",
-        "predictions-original.yaml",
-        "predictions-corrected.yaml",
-        "analysis.yaml",
-        "paper.yaml",
-    ],
-    "determinism": ["analysis.yaml"],
-    "perplexity": ["analysis.yaml"],
-    "prefill_decode": ["analysis.yaml"],
-    "tokens": ["analysis.yaml", "faults.yaml", "thresholds.yaml", "tokens.yaml"],
-    "report": [
-        "analysis.yaml", "predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml", "ksweep.yaml",
-        "batch.yaml",
-    ],
-    "crossmodel": ["predictions-original.yaml", "predictions-corrected.yaml", "paper.yaml"],
-    "ksweep": ["ksweep.yaml"],
-    "batch": ["analysis.yaml", "batch.yaml"],
-}
+# preregistration/<name>), from its entry in ``int8alibi.stage_spec``; a stage that does a share of
+# another's work (``Stage.part_of``) reads that one's and is amended with it. A rule declares exactly
+# these, so an amendment reruns the stages whose files it changed and whatever depends on them.
+STAGE_FILES: dict[str, list[str]] = {s.name: list(s.protocol) for s in stage_spec.STAGES if not s.part_of}
 
 
 def stage_reads(stage: str) -> list[str]:

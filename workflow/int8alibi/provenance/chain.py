@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import stage_spec
 from ..errors import Int8AlibiError, ManifestError
 from .hashing import listing_digest, sha256_file, tree_hashes
 from .manifest_format import MANIFEST_NAME, load_manifest, manifest_digest, resolve_recorded
@@ -21,14 +22,10 @@ from .transaction import SUFFIX as SNAPSHOT_SUFFIX
 PROJECT_MARKER = "preregistration"  # a folder holding it is a project root: the search stops there
 RUN_STATE = ".run"  # every run's results folder holds one from its planning on (``config.run_config_path``)
 
-# Stages the pipeline always feeds from another stage of the same run: where that stage's folder is
-# present beside them, their manifest must record it upstream (an emptied ``upstream`` list whose
-# digest was recomputed is refused even when the inputs were stripped too).
-REQUIRED_UPSTREAM: Mapping[str, tuple[str, ...]] = {
-    "reference": ("model",), "requant": ("model",), "capture": ("requant",), "prediction": ("capture",),
-    "compare": ("capture", "prediction"), "perplexity": ("requant",), "prefill_decode": ("requant",),
-    "tokens": ("model", "requant"), "batch": ("capture", "requant"),
-}
+# Stages the pipeline always feeds from another stage of the same run (``stage_spec.Stage.requires``):
+# where that stage's folder is present beside them, their manifest must record it upstream (an emptied
+# ``upstream`` list whose digest was recomputed is refused even when the inputs were stripped too).
+REQUIRED_UPSTREAM: Mapping[str, tuple[str, ...]] = {s.name: s.requires for s in stage_spec.STAGES if s.requires}
 
 
 def _abs(path: str | os.PathLike[str]) -> Path:

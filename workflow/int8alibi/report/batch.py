@@ -12,13 +12,14 @@ from __future__ import annotations
 import pandas as pd
 
 from . import svg
+from .. import stage_spec
 from .document import Block, Document, Figure, Heading, Paragraph, Source, Table
 from .sections import Tables
 
-SUMMARY = "batch/summary.parquet"
-BY_M = "batch/by_m.parquet"
-LAYERS = "batch/layers.parquet"
-SEQUENCES = "batch/sequences.parquet"
+SUMMARY = stage_spec.table("batch", "summary")
+BY_M = stage_spec.table("batch", "by_m")
+LAYERS = stage_spec.table("batch", "layers")
+SEQUENCES = stage_spec.table("batch", "sequences")
 EXTENSION = "this project's extension (batch.yaml, amendment A-0021)"
 PREDICTED = "INT8 rows identical at every M and co-batch"
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ProtocolError
+from .. import stage_spec
 from .measures import DIVISION_COLUMNS, division_summary, summary_row
 from .sections import Tables
 from .verdicts import NOT_COMPUTED, Measured, RunFacts, Verdict, decide
@@ -54,7 +55,7 @@ def _pct(value: float, digits: int = 2) -> str:
 # ---- fault campaign ----
 
 def _totals(t: Tables, definition: str, quantity: str) -> Measured:
-    df, rel = _table(t, "faults/totals.parquet", ("definition", "matrix", "quantity", "value"))
+    df, rel = _table(t, stage_spec.table("faults", "totals"), ("definition", "matrix", "quantity", "value"))
     row = df[(df["definition"] == definition) & (df["matrix"] == "both") & (df["quantity"] == quantity)]
     if len(row) != 1:
         return _na(f"{rel} has no {quantity} under the {definition} definition")
@@ -63,7 +64,7 @@ def _totals(t: Tables, definition: str, quantity: str) -> Measured:
 
 
 def _scorecard(t: Tables, definition: str, matrix: str, check: int, column: str) -> Measured:
-    df, rel = _table(t, "faults/scorecard.parquet", ("definition", "matrix", "check"))
+    df, rel = _table(t, stage_spec.table("faults", "scorecard"), ("definition", "matrix", "check"))
     row = df[(df["definition"] == definition) & (df["matrix"] == matrix) & (df["check"] == check)]
     if len(row) != 1 or column not in df:
         return _na(f"{rel} has no {matrix} check {check} {column} under the {definition} definition")
@@ -76,7 +77,7 @@ def _scorecard(t: Tables, definition: str, matrix: str, check: int, column: str)
 
 
 def _corrected_without_errors(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/scorecard.parquet", ("definition", "matrix", "fp", "fn"))
+    df, rel = _table(t, stage_spec.table("faults", "scorecard"), ("definition", "matrix", "fp", "fn"))
     part = df[(df["definition"] == definition) & (df["matrix"] == "corrected")]
     if part.empty:
         return _na(f"{rel} has no corrected rows under the {definition} definition")
@@ -87,7 +88,7 @@ def _corrected_without_errors(t: Tables, definition: str) -> Measured:
 
 
 def _cells_or_none(t: Tables) -> pd.DataFrame | None:
-    got = t.get("faults/cells.parquet")
+    got = t.get(stage_spec.table("faults", "cells"))
     return None if got is None else got[0]
 
 
@@ -117,7 +118,8 @@ def _misscored_cells(t: Tables) -> str:
 
 
 def _detection(t: Tables, definition: str, fault: str, regime: str | None) -> Measured:
-    df, rel = _table(t, "faults/detection.parquet", ("definition", "fault", "regime", "cells", "observable", "detected"))
+    df, rel = _table(t, stage_spec.table("faults", "detection"),
+                     ("definition", "fault", "regime", "cells", "observable", "detected"))
     rows = df[(df["definition"] == definition) & (df["fault"] == fault)]
     if regime is not None:
         rows = rows[rows["regime"] == regime]
@@ -129,7 +131,7 @@ def _detection(t: Tables, definition: str, fault: str, regime: str | None) -> Me
 
 
 def _epilogue_ulp(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/ulp_distribution.parquet")
+    df, rel = _table(t, stage_spec.table("faults", "ulp"))
     ulps = df[df["fault"].isin(EPILOGUE)]["max_ulp"].dropna()
     if ulps.empty:
         return _na("no epilogue cell has a finite output pair")
@@ -144,10 +146,10 @@ def _epilogue_ulp(t: Tables, definition: str) -> Measured:
 
 def _ulp_range(t: Tables, fault: str, severity: str | None = None) -> Measured:
     if severity is None:
-        df, rel = _table(t, "faults/ulp_distribution.parquet")
+        df, rel = _table(t, stage_spec.table("faults", "ulp"))
         ulps = df[df["fault"] == fault]["max_ulp"].dropna()
     else:
-        df, rel = _table(t, "faults/cells.parquet", ("fault", "severity", "max_ulp"))
+        df, rel = _table(t, stage_spec.table("faults", "cells"), ("fault", "severity", "max_ulp"))
         ulps = df[(df["fault"] == fault) & (df["severity"] == severity)]["max_ulp"].dropna()
     if ulps.empty:
         return _na(f"no {fault} cell has a finite output pair")
@@ -155,7 +157,7 @@ def _ulp_range(t: Tables, fault: str, severity: str | None = None) -> Measured:
 
 
 def _f8_silent(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/cells.parquet")
+    df, rel = _table(t, stage_spec.table("faults", "cells"))
     f8 = df[df["fault"] == "F8"]
     if f8.empty:
         return _na("the campaign ran no F8 cell")
@@ -165,7 +167,7 @@ def _f8_silent(t: Tables, definition: str) -> Measured:
 
 
 def _always_caught(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/detection.parquet", ("definition", "fault", "detected", "cells"))
+    df, rel = _table(t, stage_spec.table("faults", "detection"), ("definition", "fault", "detected", "cells"))
     rows = df[(df["definition"] == definition) & df["fault"].isin(["F6", "F7", "F9"])]
     if rows.empty:
         return _na("the campaign ran no F6, F7 or F9 cell")
@@ -174,7 +176,7 @@ def _always_caught(t: Tables, definition: str) -> Measured:
 
 
 def _epilogue_undetected(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/detection.parquet", ("definition", "fault", "detected", "cells"))
+    df, rel = _table(t, stage_spec.table("faults", "detection"), ("definition", "fault", "detected", "cells"))
     rows = df[(df["definition"] == definition) & df["fault"].isin(UNDETECTED_EPILOGUE)]
     if rows.empty:
         return _na("the campaign ran no F1, F2, F3 or F5 cell")
@@ -204,7 +206,7 @@ def _fired_cells(cells: pd.DataFrame) -> pd.Series:
 
 
 def _epilogue_cells_undetected(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/cells.parquet", ("layer", "fault", "severity", "regime", "applicable", "fired"))
+    df, rel = _table(t, stage_spec.table("faults", "cells"), ("layer", "fault", "severity", "regime", "applicable", "fired"))
     part = df[df["fault"].isin(UNDETECTED_EPILOGUE)]
     if part.empty:
         return _na("the campaign ran no F1, F2, F3 or F5 cell")
@@ -220,7 +222,7 @@ def real_scale_catches(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _d1_real_scales(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "faults/cells.parquet", ("layer", "fault", "severity", "regime", "observable", "applicable",
+    df, rel = _table(t, stage_spec.table("faults", "cells"), ("layer", "fault", "severity", "regime", "observable", "applicable",
                                                  "fired"))
     per = real_scale_catches(df)
     if per.empty:
@@ -237,7 +239,7 @@ def _d1_real_scales(t: Tables, definition: str) -> Measured:
 # ---- layer level ----
 
 def _prediction(t: Tables, column: str) -> Measured:
-    df, rel = _table(t, "prediction/predictions.parquet", ("max_abs_acc", "headroom_bits"))
+    df, rel = _table(t, stage_spec.table("prediction", "predictions"), ("max_abs_acc", "headroom_bits"))
     if df.empty:
         return _na(f"{rel} is empty")
     if column == "min_headroom_bits":
@@ -249,7 +251,7 @@ def _prediction(t: Tables, column: str) -> Measured:
 
 def _all_rows(column: str, what: str) -> Callable[[Tables, str], Measured]:
     def measure_(t: Tables, definition: str) -> Measured:
-        df, rel = _table(t, "prediction/predictions.parquet", (column,))
+        df, rel = _table(t, stage_spec.table("prediction", "predictions"), (column,))
         if df.empty:
             return _na(f"{rel} is empty")
         ok = df[column].astype(bool)
@@ -264,7 +266,7 @@ def _all_rows(column: str, what: str) -> Callable[[Tables, str], Measured]:
 
 
 def _compare_rows(t: Tables, setting: str) -> tuple[pd.DataFrame, str]:
-    df, rel = _table(t, "compare/summary.parquet", ("setting", "phase", "layers", "layers_identical"))
+    df, rel = _table(t, stage_spec.table("compare", "summary"), ("setting", "phase", "layers", "layers_identical"))
     rows = df[(df["setting"] == setting) & (df["phase"] == "prefill")]
     if rows.empty:
         raise _Unavailable(f"{rel} has no {setting} prefill row")
@@ -287,7 +289,7 @@ def _compare(t: Tables, setting: str, column: str) -> Measured:
 
 
 def _real_max_ulp(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "compare/summary.parquet", ("setting", "max_ulp"))
+    df, rel = _table(t, stage_spec.table("compare", "summary"), ("setting", "max_ulp"))
     ulps = df[df["setting"] == "real"]["max_ulp"].dropna()
     if ulps.empty:
         return _na(f"{rel} has no real-scale pair of finite outputs")
@@ -296,7 +298,7 @@ def _real_max_ulp(t: Tables, definition: str) -> Measured:
 
 
 def _pow2_identical(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "compare/summary.parquet")
+    df, rel = _table(t, stage_spec.table("compare", "summary"))
     rows = df[df["setting"].astype(str).str.startswith("pow2")]
     if rows.empty:
         return _na("no power-of-two setting was compared")
@@ -305,7 +307,7 @@ def _pow2_identical(t: Tables, definition: str) -> Measured:
 
 
 def _pow2_requant_identical(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "compare/summary.parquet")
+    df, rel = _table(t, stage_spec.table("compare", "summary"))
     rows = df[df["setting"] == "pow2-requant"]
     if rows.empty:
         return _na(f"{rel} has no pow2-requant row")
@@ -317,7 +319,7 @@ def _pow2_requant_identical(t: Tables, definition: str) -> Measured:
 
 def _division(t: Tables, statistic: str) -> Measured:
     """The float32-versus-bf16 division statistics over the own arm's layers (quant.division)."""
-    df, rel = _table(t, "requant/gate.parquet", DIVISION_COLUMNS)
+    df, rel = _table(t, stage_spec.table("requant", "gate"), DIVISION_COLUMNS)
     d = division_summary(df)
     if d is None:
         return _na(f"{rel} has no own rows")
@@ -330,7 +332,7 @@ def _division(t: Tables, statistic: str) -> Measured:
 
 
 def _probe_scales(t: Tables) -> Measured:
-    df, rel = _table(t, "requant/gate.parquet", ("arm", "n"))
+    df, rel = _table(t, stage_spec.table("requant", "gate"), ("arm", "n"))
     probe = df[df["arm"] == "probe"]
     if probe.empty:
         return _na(f"{rel} has no probe rows")
@@ -339,7 +341,7 @@ def _probe_scales(t: Tables) -> Measured:
 
 
 def _gate_identical(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "requant/gate.parquet", ("arm", "bytes_equal"))
+    df, rel = _table(t, stage_spec.table("requant", "gate"), ("arm", "bytes_equal"))
     own = df[df["arm"] == "own"]
     if own.empty or own["bytes_equal"].isna().all():
         return _na("the gate had no independent reference (self-built checkpoint)")
@@ -351,7 +353,7 @@ def _gate_identical(t: Tables, definition: str) -> Measured:
 # ---- end to end ----
 
 def _arms(t: Tables, checkpoint: str) -> Measured:
-    df, rel = _table(t, "determinism/agreement.parquet", ("checkpoint", "comparison", "identical"))
+    df, rel = _table(t, stage_spec.table("determinism", "agreement"), ("checkpoint", "comparison", "identical"))
     rows = df[(df["checkpoint"] == checkpoint) & (df["comparison"] == "arms")]
     if rows.empty:
         return _na(f"{rel} has no {checkpoint} rows")
@@ -379,7 +381,7 @@ def _arms_identical(checkpoint: str) -> Callable[[Tables, str], Measured]:
 
 
 def _self_consistent(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "determinism/agreement.parquet", ("checkpoint", "comparison", "identical"))
+    df, rel = _table(t, stage_spec.table("determinism", "agreement"), ("checkpoint", "comparison", "identical"))
     rows = df[df["comparison"].astype(str).str.startswith("runs-of-")]
     if rows.empty:
         return _na(f"{rel} has no run-against-run rows")
@@ -390,7 +392,7 @@ def _self_consistent(t: Tables, definition: str) -> Measured:
 
 def _prefill_decode(t: Tables, checkpoint: str) -> Measured:
     """The flip rate over both arms' generated positions (the paper's is one arm's); each arm's in the text."""
-    df, rel = _table(t, "prefill_decode/prefill_decode.parquet", ("checkpoint", "arm", "flips", "positions"))
+    df, rel = _table(t, stage_spec.table("prefill_decode", "prefill_decode"), ("checkpoint", "arm", "flips", "positions"))
     rows = df[df["checkpoint"] == checkpoint]
     if rows.empty:
         return _na(f"{rel} has no {checkpoint} rows")
@@ -420,7 +422,7 @@ def _probe_fewer_flips(t: Tables, definition: str) -> Measured:
 
 def _tokens(t: Tables, regime: str, quantity: str) -> Measured:
     if quantity in ("flip_rate", "positions"):
-        df, rel = _table(t, "tokens/pairs.parquet", ("comparison", "regime", "flips", "positions"))
+        df, rel = _table(t, stage_spec.table("tokens", "pairs"), ("comparison", "regime", "flips", "positions"))
         rows = df[(df["comparison"] == "kernels") & (df["regime"] == regime)]
         if rows.empty:
             return _na(f"{rel} has no kernel-pair {regime} row")
@@ -431,7 +433,7 @@ def _tokens(t: Tables, regime: str, quantity: str) -> Measured:
         shown = "" if low is None or high is None else f", {100 * float(r.level):.0f}% interval {low:.1f}–{high:.1f}%"
         return Measured(f"{100 * float(r.flip_rate):.1f}% ({int(r.flips):,} of {int(r.positions):,}{shown})",
                         100 * float(r.flip_rate), source=rel, low=low, high=high, level=float(r.level))
-    df, rel = _table(t, "tokens/predictor.parquet", ("comparison", "regime", "quantity", "value"))
+    df, rel = _table(t, stage_spec.table("tokens", "predictor"), ("comparison", "regime", "quantity", "value"))
     rows = df[(df["comparison"] == "kernels") & (df["regime"] == regime)]
     values = dict(zip(rows["quantity"], rows["value"]))
     if quantity in ("auc", "margin_direction"):
@@ -460,7 +462,7 @@ def _scaled(value: Any) -> float | None:
 # ---- perplexity ----
 
 def _perplexity_row(t: Tables, quantity: str, arm: str) -> tuple[pd.Series, str]:
-    df, rel = _table(t, "perplexity/summary.parquet", ("quantity", "arm", "value", "low", "high"))
+    df, rel = _table(t, stage_spec.table("perplexity", "summary"), ("quantity", "arm", "value", "low", "high"))
     row = df[(df["quantity"] == quantity) & (df["arm"] == arm)]
     if len(row) != 1 or pd.isna(row["value"].iloc[0]):
         raise _Unavailable(f"{rel} has no {quantity} value for {arm}")
@@ -486,7 +488,7 @@ def _perplexity(t: Tables, arm: str, what: str) -> Measured:
 
 def _hypothesis(t: Tables, definition: str) -> Measured:
     """H1 with both arms' changes and the clipping that explains the direction on this model."""
-    df, rel = _table(t, "perplexity/summary.parquet")
+    df, rel = _table(t, stage_spec.table("perplexity", "summary"))
     row = summary_row(df, "hypothesis:H1")
     if row is None:
         return _na(f"{rel} has no H1 row")
@@ -498,7 +500,7 @@ def _hypothesis(t: Tables, definition: str) -> Measured:
         if len(r) == 1:
             arms.append(f"{arm.removeprefix('pow2-')} {_pct(float(r['value'].iloc[0]))}")
     text = f"{verdict} ({' vs '.join(arms)})"
-    gate = t.get("requant/gate.parquet")
+    gate = t.get(stage_spec.table("requant", "gate"))
     if gate is not None and "clipped" in gate[0].columns:
         clipped = gate[0].groupby("arm")["clipped"].sum()
         if {"pow2-nearest", "pow2-ceiling"} <= set(clipped.index):
@@ -508,7 +510,7 @@ def _hypothesis(t: Tables, definition: str) -> Measured:
 
 
 def _gate_g1(t: Tables, definition: str) -> Measured:
-    df, rel = _table(t, "perplexity/summary.parquet")
+    df, rel = _table(t, stage_spec.table("perplexity", "summary"))
     row = summary_row(df, "gate:G1")
     if row is None:
         return _na(f"{rel} has no G1 row")
@@ -523,7 +525,7 @@ def _ksweep(t: Tables, fmt: str, quantity: str, protocol: Any) -> Measured:
     """A K-sweep value on the comparator pair that ksweep.yaml's rule names (never the one that sorts first)."""
     from .ksweep import paper_pair, per_k
 
-    counts = t.get("ksweep/counts.parquet")
+    counts = t.get(stage_spec.table("ksweep", "counts"))
     if counts is None:
         return _na("the K sweep is GPU only and this run has no ksweep/ tables")
     frame = counts[0]
@@ -531,7 +533,7 @@ def _ksweep(t: Tables, fmt: str, quantity: str, protocol: Any) -> Measured:
     if pair is None:
         return _na(f"no {fmt.upper()} pair of the K sweep ran ({', '.join(sorted(set(frame['status'])))})")
     mine = per_k(frame[frame["pair"] == pair]).sort_values("k")
-    rel = "ksweep/counts.parquet"
+    rel = stage_spec.table("ksweep", "counts")
     first, last = mine.iloc[0], mine.iloc[-1]
     tag = f"{pair}, the registered comparator"
     if quantity == "differing_total":
@@ -566,15 +568,15 @@ def _ksweep(t: Tables, fmt: str, quantity: str, protocol: Any) -> Measured:
         return Measured(f"{top:,} ulp (log10 = {math.log10(top):.1f}; {tag})" if top > 0 else f"0 ({tag})",
                         float(top), source=rel)
     if quantity == "chi_square":
-        summary = t.get("ksweep/summary.parquet")
+        summary = t.get(stage_spec.table("ksweep", "summary"))
         rows = None if summary is None else summary[0][(summary[0]["pair"] == pair) & (summary[0]["status"] == "run")]
         if rows is None or rows.empty or pd.isna(rows["chi_square"].iloc[0]):
             return _na("the constant-rate test was not evaluated")
         r = rows.iloc[0]
         return Measured(f"{float(r.chi_square):.2f} ({int(r.df)} df, p = {float(r.p_value):.3g}; {tag})",
-                        float(r.chi_square), source="ksweep/summary.parquet")
+                        float(r.chi_square), source=stage_spec.table("ksweep", "summary"))
     if quantity == "alpha":
-        fits = t.get("ksweep/fits.parquet")
+        fits = t.get(stage_spec.table("ksweep", "fits"))
         rows = None if fits is None else fits[0][(fits[0]["pair"] == pair)
                                                  & (fits[0]["model"] == "generalized-saturation")]
         if rows is None or rows.empty or pd.isna(rows["alpha"].iloc[0]):
@@ -582,7 +584,7 @@ def _ksweep(t: Tables, fmt: str, quantity: str, protocol: Any) -> Measured:
         r = rows.iloc[0]
         return Measured(f"{float(r.alpha):.3f} [{float(r.alpha_lower):.3f}, {float(r.alpha_upper):.3f}] ({tag})",
                         float(r.alpha), low=float(r.alpha_lower), high=float(r.alpha_upper), level=0.95,
-                        source="ksweep/fits.parquet")
+                        source=stage_spec.table("ksweep", "fits"))
     raise ProtocolError(f"preregistration/paper.yaml: unknown K-sweep quantity {quantity!r}")
 
 
@@ -594,13 +596,13 @@ def _k_direction(t: Tables, protocol: Any) -> Measured:
     """'FP8 divergence grows with K, INT8 does not' on the registered comparator pairs."""
     from .ksweep import direction
 
-    counts, summary = t.get("ksweep/counts.parquet"), t.get("ksweep/summary.parquet")
+    counts, summary = t.get(stage_spec.table("ksweep", "counts")), t.get(stage_spec.table("ksweep", "summary"))
     if counts is None or summary is None:
         return _na("the K sweep is GPU only and this run has no ksweep/ tables")
     got = direction(counts[0], summary[0], protocol.ksweep["paper"])
     if got is None:
         return _na("no INT8 or no FP8 pair of the K sweep ran")
-    return Measured(got.text, holds=got.holds, source="ksweep/summary.parquet",
+    return Measured(got.text, holds=got.holds, source=stage_spec.table("ksweep", "summary"),
                     evidence="" if got.holds else got.text)
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..errors import InputError
 from . import svg
+from .. import stage_spec
 from .document import Block, Document, Figure, Heading, Paragraph, Table
 from .sections import Tables
 
@@ -333,10 +334,10 @@ def section(t: Tables, paper: Mapping[str, Any], doc: Document | None = None) ->
     """The K-sweep section; ``paper`` is ksweep.yaml's ``paper`` block. With ``doc``, the per-K, fit
     and evidence tables go to its appendix and the section links them."""
     blocks: list[Block] = [Heading(HEADING)]
-    counts = t.get("ksweep/counts.parquet")
-    summary = t.get("ksweep/summary.parquet")
-    fits = t.get("ksweep/fits.parquet")
-    evidence = t.get("ksweep/evidence.parquet")
+    counts = t.get(stage_spec.table("ksweep", "counts"))
+    summary = t.get(stage_spec.table("ksweep", "summary"))
+    fits = t.get(stage_spec.table("ksweep", "fits"))
+    evidence = t.get(stage_spec.table("ksweep", "evidence"))
     if counts is None:
         blocks.append(Paragraph(NOT_IN_DAG))
         return blocks + [Table(BESIDE, paper_rows(paper, per_k(pd.DataFrame(columns=["pair", "format", "k", "seed",

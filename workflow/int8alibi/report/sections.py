@@ -23,6 +23,7 @@ from ..provenance.hashing import sha256_file
 from ..provenance.parquet import read_table
 from ..tokens.margin import fit_windows
 from . import svg
+from .. import stage_spec
 from .document import Block, Definitions, Document, Figure, Heading, Paragraph, Source, Table
 from .measures import DIVISION_COLUMNS, division_summary
 
@@ -61,9 +62,9 @@ def _missing(rel: str) -> Paragraph:
 
 def run_facts(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Protocol in force")]
-    got = t.get("protocol/pins.parquet")
+    got = t.get(stage_spec.table("protocol", "pins"))
     if got is None:
-        return blocks + [_missing("protocol/pins.parquet")]
+        return blocks + [_missing(stage_spec.table("protocol", "pins"))]
     pins, src = got
     ref = doc.add_appendix("Pinned protocol files and data", pins, (src,))
     return blocks + [Paragraph(f"{len(pins)} protocol files and data artifacts are pinned (each with its SHA-256: "
@@ -72,9 +73,9 @@ def run_facts(t: Tables, doc: Document) -> list[Block]:
 
 def requant(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Requantization gate")]
-    got = t.get("requant/gate.parquet")
+    got = t.get(stage_spec.table("requant", "gate"))
     if got is None:
-        return blocks + [_missing("requant/gate.parquet")]
+        return blocks + [_missing(stage_spec.table("requant", "gate"))]
     gate, src = got
     # One verdict for the run (the own arm against the reference, stated below the table); per arm the
     # table shows how each checkpoint's bytes stand against that reference.
@@ -140,14 +141,14 @@ LAYER_ERROR_COLUMNS = ["differing_near_zero", "differing_non_near_zero", "max_no
 
 def agreement(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Per-layer agreement between the two arms")]
-    got = t.get("compare/summary.parquet")
+    got = t.get(stage_spec.table("compare", "summary"))
     if got is None:
-        return blocks + [_missing("compare/summary.parquet")]
+        return blocks + [_missing(stage_spec.table("compare", "summary"))]
     summary, src = got
     columns = COMPARE_COLUMNS + [c for c in LAYER_ERROR_COLUMNS if c in summary.columns]
     blocks.append(Table("Layers identical / differing, differing elements per million, max ulp and the pinned pow2 "
                         "predictions, per setting and phase", summary[columns], (src,)))
-    layers = t.get("compare/layers.parquet")
+    layers = t.get(stage_spec.table("compare", "layers"))
     if layers is not None:
         df, lsrc = layers
         failed = df[df["prediction_held"] == "no"]
@@ -160,7 +161,7 @@ def agreement(t: Tables, doc: Document) -> list[Block]:
                                "reference RMS, near-zero split", df[shown], (lsrc,))
         blocks.append(Paragraph(f"{text} Every layer comparison: appendix {ref}."))
         blocks.append(layer_figure(df, lsrc))
-    pred = t.get("prediction/predictions.parquet")
+    pred = t.get(stage_spec.table("prediction", "predictions"))
     if pred is not None:
         df, psrc = pred
         own = df[(df["phase"] == "prefill")].sort_values(["block", "proj"])
@@ -285,12 +286,12 @@ def ulp_ranges(ulp: pd.DataFrame, faults_: list[str]) -> list[str]:
 
 def faults(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Fault campaign (checks 1–6, layer level)")]
-    got = t.get("faults/detection.parquet")
+    got = t.get(stage_spec.table("faults", "detection"))
     if got is None:
-        return blocks + [_missing("faults/detection.parquet")]
+        return blocks + [_missing(stage_spec.table("faults", "detection"))]
     detection, dsrc = got
     blocks.append(Paragraph(DEFINITIONS_NOTE))
-    tot = t.get("faults/totals.parquet")
+    tot = t.get(stage_spec.table("faults", "totals"))
     if tot is not None:
         df, tsrc = tot
         both = df[df["matrix"] == "both"].pivot(index="definition", columns="quantity", values="value")
@@ -301,7 +302,7 @@ def faults(t: Tables, doc: Document) -> list[Block]:
         blocks.append(Table("TP / FN / FP / TN summed over the checks, per definition and matrix",
                             per.reset_index()[["definition", "matrix", "tp", "fn", "fp", "tn"]]
                             .sort_values(["definition", "matrix"], ascending=[False, True]), (tsrc,)))
-    dec = t.get("faults/decisions.parquet")
+    dec = t.get(stage_spec.table("faults", "decisions"))
     if dec is not None:
         df, decsrc = dec
         blocks.append(Table("Decision rule D1 as registered (strict reading: any check, any regime); the real-scale "
@@ -319,11 +320,11 @@ def faults(t: Tables, doc: Document) -> list[Block]:
             blocks.append(Table(f"Detection by fault (F4 split by regime), {_definition_caption(definition)}", part,
                                 (dsrc,)))
     refs = []
-    score = t.get("faults/scorecard.parquet")
+    score = t.get(stage_spec.table("faults", "scorecard"))
     if score is not None:
         df, ssrc = score
         refs.append(doc.add_appendix("Scorecard per definition, matrix and check", df, (ssrc,)))
-    fl = t.get("faults/flips.parquet")
+    fl = t.get(stage_spec.table("faults", "flips"))
     if fl is not None:
         df, fsrc = fl
         refs.append(doc.add_appendix("Predictions that differ between a definition's two matrices: cell rows and how "
@@ -331,7 +332,7 @@ def faults(t: Tables, doc: Document) -> list[Block]:
     if refs:
         blocks.append(Paragraph(f"Scorecards per check and the predictions the two matrices disagree on: appendix "
                                 f"{', '.join(refs)}."))
-    ulp = t.get("faults/ulp_distribution.parquet")
+    ulp = t.get(stage_spec.table("faults", "ulp"))
     if ulp is not None:
         df, usrc = ulp
         pivot = df.assign(bucket=ulp_buckets(df["max_ulp"])).pivot_table(
@@ -344,7 +345,7 @@ def faults(t: Tables, doc: Document) -> list[Block]:
                                               x_label="cells (count)", y_label="fault", colours=svg.ULP_COLOURS,
                                               ends=ulp_ranges(df, list(pivot.index)), width=svg.HALF_WIDTH),
                              (usrc,)))
-    cells = t.get("faults/cells.parquet")
+    cells = t.get(stage_spec.table("faults", "cells"))
     if cells is not None:
         df, csrc = cells
         scored = df[df["observable"] & df["applicable"]]
@@ -365,9 +366,9 @@ def faults(t: Tables, doc: Document) -> list[Block]:
 
 def determinism(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("End-to-end determinism (greedy generation)")]
-    got = t.get("determinism/summary.parquet")
+    got = t.get(stage_spec.table("determinism", "summary"))
     if got is None:
-        return blocks + [_missing("determinism/summary.parquet")]
+        return blocks + [_missing(stage_spec.table("determinism", "summary"))]
     summary, src = got
     if "probe" in summary.columns:
         c = t.claim("probe-arms-agree")
@@ -379,7 +380,7 @@ def determinism(t: Tables, doc: Document) -> list[Block]:
                         summary.drop(columns=[c for c in ("identity",) if c in summary.columns]), (src,)))
     if "identity" in summary.columns:
         blocks.append(Paragraph(f"Identity contract: {summary['identity'].iloc[0]}."))
-    kernels = t.get("determinism/kernels.parquet")
+    kernels = t.get(stage_spec.table("determinism", "kernels"))
     if kernels is not None:
         df, ksrc = kernels
         per_arm = (df.groupby(["arm", "engine", "kernel", "selection_environment", "emulation"], sort=True)
@@ -390,7 +391,7 @@ def determinism(t: Tables, doc: Document) -> list[Block]:
             + (" (vLLM's own selection log, checked against the requested class)" if df["engine"].str.startswith(
                 "vllm").any() else "") + ":"))
         blocks.append(Table("Engine and kernel per arm (every checkpoint and run)", per_arm, (ksrc,)))
-    agree = t.get("determinism/agreement.parquet")
+    agree = t.get(stage_spec.table("determinism", "agreement"))
     if agree is not None:
         df, asrc = agree
         blocks.append(Table("Identical sequences of all prompts per checkpoint: across the arms, and each arm's run "
@@ -415,11 +416,11 @@ def _paper_rate(t: Tables, claim_id: str) -> str:
 
 def prefill_decode(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Prefill versus decode on one arm")]
-    got = t.get("prefill_decode/prefill_decode.parquet")
+    got = t.get(stage_spec.table("prefill_decode", "prefill_decode"))
     if got is None:
-        return blocks + [_missing("prefill_decode/prefill_decode.parquet")]
+        return blocks + [_missing(stage_spec.table("prefill_decode", "prefill_decode"))]
     table, src = got
-    seqs = t.get("prefill_decode/first_divergence.parquet")
+    seqs = t.get(stage_spec.table("prefill_decode", "first_divergence"))
     sentences = []
     for c in table["checkpoint"].unique():
         part = table[table["checkpoint"] == c]
@@ -488,9 +489,9 @@ def perplexity_per_arm(summary: pd.DataFrame) -> pd.DataFrame:
 
 def perplexity(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Perplexity cost of power-of-two scales")]
-    got = t.get("perplexity/summary.parquet")
+    got = t.get(stage_spec.table("perplexity", "summary"))
     if got is None:
-        return blocks + [_missing("perplexity/summary.parquet")]
+        return blocks + [_missing(stage_spec.table("perplexity", "summary"))]
     summary, src = got
     blocks.append(Table("Perplexity per arm and its relative change vs own in percent (90% paired bootstrap "
                         "interval)", perplexity_per_arm(summary), (src,)))
@@ -643,13 +644,13 @@ def calibration_figure(bins: pd.DataFrame, sources: tuple[Source, ...]) -> Figur
 def _predictor_figures(t: Tables, doc: Document) -> list[Block]:
     """The ROC (per-position margins and flips) and the calibration of the margin map (its bins
     beside the held-out positions), each from the tables that hold them."""
-    positions = t.get("tokens/positions.parquet")
+    positions = t.get(stage_spec.table("tokens", "positions"))
     if positions is None:
         return [Paragraph("ROC and calibration: not drawn: tokens/positions.parquet (per-position margins and flips) "
                           "was not produced.")]
     df, src = positions
     blocks: list[Block] = [roc_figure(df, src)]
-    predictor = t.get("tokens/predictor.parquet")
+    predictor = t.get(stage_spec.table("tokens", "predictor"))
     if predictor is None:
         return blocks + [Paragraph("Calibration: not drawn: tokens/predictor.parquet (the margin map) was not "
                                    "produced.")]
@@ -663,7 +664,7 @@ def _predictor_figures(t: Tables, doc: Document) -> list[Block]:
 
 def tokens(t: Tables, doc: Document) -> list[Block]:
     blocks: list[Block] = [Heading("Token-level check 7 (this project's rule; the papers left it unmeasured)")]
-    pairs = t.get("tokens/pairs.parquet")
+    pairs = t.get(stage_spec.table("tokens", "pairs"))
     if pairs is None:
         return blocks + [_missing("tokens/")]
     blocks.append(Paragraph(
@@ -676,7 +677,7 @@ def tokens(t: Tables, doc: Document) -> list[Block]:
     blocks.append(Paragraph("Score: check 7's verdict against its pinned prediction (TP, FN, FP, TN); "
                             + UNOBSERVABLE_NOTE + (" (here: the two arms' logits never differed)" if unobservable
                                                    else "") + "."))
-    predictor = t.get("tokens/predictor.parquet")
+    predictor = t.get(stage_spec.table("tokens", "predictor"))
     if predictor is not None:
         df, psrc = predictor
         blocks.append(Table("Margin as a predictor of flips (kernel pair), per regime: ROC-AUC with its window-cluster "
@@ -685,7 +686,7 @@ def tokens(t: Tables, doc: Document) -> list[Block]:
         ref = doc.add_appendix("Every predictor quantity, map bins and injection comparisons included", df, (psrc,))
         blocks.append(Paragraph(f"Every comparison's predictor rows and calibration bins: appendix {ref}."))
     blocks += _predictor_figures(t, doc)
-    influence = t.get("tokens/influence.parquet")
+    influence = t.get(stage_spec.table("tokens", "influence"))
     if influence is not None:
         df, isrc = influence
         if len(df):
@@ -697,7 +698,7 @@ def tokens(t: Tables, doc: Document) -> list[Block]:
             ref = doc.add_appendix("Leave-one-window-out influence on the AUC and the flip rate", df, (isrc,))
             blocks.append(Paragraph(f"Largest leave-one-window-out influence on the kernel pair: {text or 'none'} "
                                     f"(every window: appendix {ref})."))
-    check7 = t.get("tokens/check7.parquet")
+    check7 = t.get(stage_spec.table("tokens", "check7"))
     if check7 is not None:
         df, csrc = check7
         counts = df["score"].value_counts()

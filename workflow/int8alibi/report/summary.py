@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from .. import stage_spec
 from ..protocol.chain import read_amendments
 from ..protocol.pins import predictions_pin
 from ..provenance.hashing import sha256_file
@@ -48,7 +49,7 @@ def _row(item: str, kind: str, verdict: str, sentence: str) -> dict[str, str]:
 
 def _perplexity_rows(t: Tables, analysis: dict[str, Any], sources: list[Source],
                      run: RunFacts | None = None) -> list[dict[str, str]]:
-    got = t.get("perplexity/summary.parquet")
+    got = t.get(stage_spec.table("perplexity", "summary"))
     rows = []
     for h in analysis["hypotheses"]:
         if got is None:
@@ -83,7 +84,7 @@ def _perplexity_rows(t: Tables, analysis: dict[str, Any], sources: list[Source],
 def _decision_rows(t: Tables, analysis: dict[str, Any], sources: list[Source]) -> list[dict[str, str]]:
     """D1 under the paper's reading (own scales: no check catches an epilogue fault) and under this
     project's strict reading of the registered words (any check, any regime)."""
-    got = t.get("faults/decisions.parquet")
+    got = t.get(stage_spec.table("faults", "decisions"))
     rows = []
     for rule in analysis["decision_rules"]:
         if got is None:
@@ -101,7 +102,7 @@ def _decision_rows(t: Tables, analysis: dict[str, Any], sources: list[Source]) -
                          f"{r0['faults']}: {int(r0['caught_cells']):,} of {int(r0['counted_cells']):,} observable "
                          f"cells caught ({r0['caught_by'] or 'none'}). {PT} does not read it this way: it treats "
                          "A-10.4 as triggered and discharged (the claim narrowed) although F4 was caught under pow2."))
-    cells = t.get("faults/cells.parquet")
+    cells = t.get(stage_spec.table("faults", "cells"))
     if cells is not None and analysis["decision_rules"]:
         per = real_scale_catches(cells[0])
         sources.append(cells[1])
@@ -118,7 +119,7 @@ def _decision_rows(t: Tables, analysis: dict[str, Any], sources: list[Source]) -
 def _prediction_rows(t: Tables, sources: list[Source], emulated: bool | None = None,
                      run: RunFacts | None = None) -> list[dict[str, str]]:
     rows = []
-    got = t.get("faults/scorecard.parquet")
+    got = t.get(stage_spec.table("faults", "scorecard"))
     if got is not None:
         df, src = got
         sources.append(src)
@@ -130,7 +131,7 @@ def _prediction_rows(t: Tables, sources: list[Source], emulated: bool | None = N
                              f"Under the stated rule, {tp + tn:,} scored cell x check predictions held, "
                              f"{fn:,} predicted fires stayed silent and {fp:,} predicted silences fired."))
         rows += _never_applicable(t, sources)
-    got = t.get("compare/summary.parquet")
+    got = t.get(stage_spec.table("compare", "summary"))
     if got is not None:
         df, src = got
         sources.append(src)
@@ -142,7 +143,7 @@ def _prediction_rows(t: Tables, sources: list[Source], emulated: bool | None = N
                          f"{failed:,} were not." + (" Both arms are exact emulations of the two epilogue orders, "
                                                     "which agree under power-of-two scales by construction; only "
                                                     "real kernel binaries can test it." if emulated else "")))
-    got = t.get("tokens/pairs.parquet")
+    got = t.get(stage_spec.table("tokens", "pairs"))
     if got is not None:
         df, src = got
         sources.append(src)
@@ -151,7 +152,7 @@ def _prediction_rows(t: Tables, sources: list[Source], emulated: bool | None = N
             rows.append(_row(f"{pair}, {r.regime} scales", CHECK7, _language(run, _score(str(r.score))),
                              f"{int(r.flips):,} of {int(r.positions):,} teacher-forced positions flip top-1 between "
                              f"the arms; check 7 predicted {r.prediction}."))
-    got = t.get("tokens/check7.parquet")
+    got = t.get(stage_spec.table("tokens", "check7"))
     if got is not None:
         df, src = got
         sources.append(src)
@@ -182,7 +183,7 @@ def _score(score: str) -> str:
 
 def _never_applicable(t: Tables, sources: list[Source]) -> list[dict[str, str]]:
     """Registered fire/silent predictions whose check never applied to any cell: never tested."""
-    got = t.get("faults/cells.parquet")
+    got = t.get(stage_spec.table("faults", "cells"))
     if got is None:
         return []
     df, src = got
@@ -217,14 +218,14 @@ def findings(t: Tables, protocol: Any, emulated: bool | None = None, run: RunFac
     return blocks
 
 
-KERNEL_STAGES = ("compare", "tokens", "prefill_decode", "batch")  # stages whose manifests record the two kernel arms
+KERNEL_STAGES = tuple(s for s in stage_spec.STAGES if s.kernel_arms)  # whose manifests record the two kernel arms
 
 
 def emulated_arms(results: Path) -> bool | None:
     """Whether both kernel arms of the run were exact emulations, from the first manifest of
     ``KERNEL_STAGES`` that records arms (None: no such manifest)."""
     for stage in KERNEL_STAGES:
-        path = Path(results) / stage / "manifest.json"
+        path = Path(results) / stage.path(stage_spec.MANIFEST)
         if not path.exists():
             continue
         arms = [a for a in json.loads(path.read_text()).get("arms") or [] if isinstance(a, dict) and "arm" in a]
@@ -340,7 +341,7 @@ def run_facts(cfg: Any, results: Path, t: Tables, emulated: bool | None) -> RunF
     name = run_model(cfg).lower()
     shape = str(model.get("synthetic", {}).get("preset", "")) if synthetic else name
     engine = (getattr(cfg, "resolution", None) or {}).get("engine", "own")
-    ksweep = t.get("ksweep/evidence.parquet")
+    ksweep = t.get(stage_spec.table("ksweep", "evidence"))
     gpu = None
     if ksweep is not None and "compute_capability" in ksweep[0].columns:
         caps = sorted(set(ksweep[0]["compute_capability"].dropna().astype(str)) - {"n/a"})
@@ -404,7 +405,7 @@ def _device(env: Mapping[str, Any]) -> str:
 
 def _language_row(t: Tables, results: Path, run: RunFacts) -> str:
     """The parent's own perplexity against the uniform bound: does this parent model language at all?"""
-    got = t.get("perplexity/summary.parquet")
+    got = t.get(stage_spec.table("perplexity", "summary"))
     vocab = _vocab_size(results)
     if got is None or vocab is None:
         return "not measured (perplexity/summary.parquet or the parent's config.json is missing)"
@@ -444,7 +445,7 @@ def _engines(run: RunFacts) -> str:
 
 
 def _origin(t: Tables, cfg: Any) -> str:
-    got = t.get("model/parent.parquet")
+    got = t.get(stage_spec.table("model", "info"))
     if got is None:
         return f"{run_model(cfg)} (model/parent.parquet not produced)"
     r = got[0].iloc[0]

@@ -73,7 +73,7 @@ def log_reads(scope: ReadScope) -> None:
     log.info(READS_LINE, scope.stage, ", ".join(sorted(scope.read)) or "none", ", ".join(scope.unread) or "none")
     if scope.undeclared:
         raise ConfigScopeError(f"stage {scope.stage} read config keys its rule does not digest: "
-                               f"{', '.join(sorted(scope.undeclared))} (add them in int8alibi.planning.stage_needs.STAGES)")
+                               f"{', '.join(sorted(scope.undeclared))} (add them to its entry in int8alibi.stage_spec.STAGES)")
 
 
 def out_folder(out: Path) -> None:
