@@ -74,7 +74,8 @@ def test_every_page_has_its_caption_and_no_rule_puts_parquet_in_the_report() -> 
     rules = "\n".join(p.read_text() for p in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     reported = re.findall(r"report\(\s*(?:update\()?f?\"([^\"]+)\"", rules)
     assert reported and not [path for path in reported if path.endswith(".parquet")], reported
-    assert "report_tables.page(name)" in (ROOT / "workflow" / "rules" / "report.smk").read_text()
+    assert "report_tables.page(name)" in (ROOT / "workflow" / "rules" / "common.smk").read_text()  # table_pages()
+    assert "extra=table_pages()" in (ROOT / "workflow" / "rules" / "report.smk").read_text()
 
 
 def test_naming_the_pages_loads_no_pandas() -> None:

@@ -74,8 +74,8 @@ def test_every_stage_module_has_one_entry_and_every_entry_a_module_and_rule_file
     # the Snakefile includes the spec's rule files: one the spec does not name would never be read
     assert set(defined) == {Path(s.rules_file).stem for s in stage_spec.STAGES} | {
         Path(f).stem for f in NOT_STAGE_RULE_FILES}
-    snakefile = (ROOT / "Snakefile").read_text()
-    assert all(f'include: "workflow/rules/{f}"' in snakefile for f in NOT_STAGE_RULE_FILES)
+    snakefile = (ROOT / "workflow" / "Snakefile").read_text()
+    assert all(f'include: "rules/{f}"' in snakefile for f in NOT_STAGE_RULE_FILES)
 
 
 def test_the_spec_is_consistent() -> None:

@@ -202,18 +202,30 @@ def stage_file(stage, output):
     return f"{RESULTS}/{stage_spec.table(stage, output)}"
 
 
-def stage_outputs(stage, folder=None, captions={}, category="Tables"):
+def stage_outputs(stage, folder=None, captions={}, category="Tables", extra={}):
     """The outputs of a stage, given as `**stage_outputs(...)` in its rules; every output its spec entry
     (int8alibi.stage_spec) declares, in its folder (or `folder`), each marked `update`, the tensor
     folders and figures beside them only for --delete-all-output (deleted_with); `captions` names, per
-    output, its caption in workflow/report/ for Snakemake's report."""
+    output, its caption in workflow/report/ for Snakemake's report; `extra`: outputs a run decides
+    beside them (the report's table pages)."""
     spec = stage_spec.stage(stage)
     folder = folder or f"{RESULTS}/{spec.directory}"
     out = deleted_with(**{name: f"{folder}/{path}" for name, path in spec.folders.items()})
     for name, file in spec.outputs.items():
         path = update(f"{folder}/{file}")
         out[name] = report(path, caption=f"../report/{captions[name]}", category=category) if name in captions else path
-    return out
+    return {**out, **extra}
+
+
+def table_pages():
+    """The report's page per main table this run writes (int8alibi.report.tables), each with its caption
+    in workflow/report/<name>.rst for Snakemake's report."""
+    return {
+        name: report(
+            update(f"{RESULTS}/report/{report_tables.page(name)}"), caption=f"../report/{name}.rst", category="Tables"
+        )
+        for name in REPORT_TABLES
+    }
 
 
 def stage_resources(rule):

@@ -3,16 +3,7 @@ rule report:
         manifests=REPORT_INPUTS,
         protocol=protocol_files("report"),
     output:
-        **stage_outputs("report", captions={"html": "report.rst"}, category="Report"),
-        # the main tables, one page each, with its caption in workflow/report/<name>.rst
-        **{
-            name: report(
-                update(f"{RESULTS}/report/{report_tables.page(name)}"),
-                caption=f"../report/{name}.rst",
-                category="Tables",
-            )
-            for name in REPORT_TABLES
-        },
+        **stage_outputs("report", captions={"html": "report.rst"}, category="Report", extra=table_pages()),
     log:
         f"{LOGS}/report.log",
     benchmark:

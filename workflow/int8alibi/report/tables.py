@@ -13,20 +13,21 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..provenance.atomic import write_bytes
+from ..stage_spec import table
 
 # The main tables, by page name (each page's caption in Snakemake's report is
 # workflow/report/<name>.rst): the Parquet file under the results folder and the page's title.
 MAIN_TABLES: dict[str, tuple[str, str]] = {
-    "requant_gate": ("requant/gate.parquet", "Requantization gate, per layer and arm"),
-    "compare_summary": ("compare/summary.parquet", "Arm against arm, per scale setting and phase"),
-    "faults_scorecard": ("faults/scorecard.parquet", "The conformance checks' scorecard"),
-    "faults_detection": ("faults/detection.parquet", "Detection per fault family and scale regime"),
-    "determinism_summary": ("determinism/summary.parquet", "Cross-kernel determinism"),
-    "prefill_decode": ("prefill_decode/prefill_decode.parquet", "Prefill against decode on the same arm"),
-    "perplexity_summary": ("perplexity/summary.parquet", "What power-of-two scales cost in perplexity"),
-    "tokens_check7": ("tokens/check7.parquet", "Check 7 at the token level"),
-    "batch_summary": ("batch/summary.parquet", "Batch invariance"),
-    "ksweep_summary": ("ksweep/summary.parquet", "INT8 against FP8 with the reduction depth K"),
+    "requant_gate": (table("requant", "gate"), "Requantization gate, per layer and arm"),
+    "compare_summary": (table("compare", "summary"), "Arm against arm, per scale setting and phase"),
+    "faults_scorecard": (table("faults", "scorecard"), "The conformance checks' scorecard"),
+    "faults_detection": (table("faults", "detection"), "Detection per fault family and scale regime"),
+    "determinism_summary": (table("determinism", "summary"), "Cross-kernel determinism"),
+    "prefill_decode": (table("prefill_decode", "prefill_decode"), "Prefill against decode on the same arm"),
+    "perplexity_summary": (table("perplexity", "summary"), "What power-of-two scales cost in perplexity"),
+    "tokens_check7": (table("tokens", "check7"), "Check 7 at the token level"),
+    "batch_summary": (table("batch", "summary"), "Batch invariance"),
+    "ksweep_summary": (table("ksweep", "summary"), "INT8 against FP8 with the reduction depth K"),
 }
 # The pages' folder inside the report stage's folder.
 FOLDER = "tables"

@@ -25,6 +25,7 @@ from ..engines.generation import RUNS, artifact_dir, artifact_paths
 from ..engines.identity import read_identity
 from ..engines.vllm_engine import ARM_KERNELS
 from ..provenance.parquet import read_table
+from ..stage_spec import MANIFEST, table
 from ..quant.variants import CHECKPOINT_VARIANTS
 
 ARMS = list(ARM_KERNELS)
@@ -38,13 +39,13 @@ def snakemake_argv(config_file: Path, results: str, root: Path | None, cores: in
     return [sys.executable, "-m", "snakemake", "--profile", "profiles/gpu", "--cores", str(cores),
             "--configfile", str(config_file),
             "--config", "device=cuda", f"arms=[{','.join(ARMS)}]", "engine=vllm", *where,
-            *extra, "--", f"{Path(root or '.') / results}/determinism/manifest.json"]
+            *extra, "--", str(Path(root or ".") / results / table("determinism", MANIFEST))]
 
 
 def report(results: Path) -> dict[str, Any]:
     """What the determinism stage wrote, in the papers' terms, from its own tables and identities."""
-    agreement = read_table(results / "determinism" / "agreement.parquet", AGREEMENT_SCHEMA)
-    summary = read_table(results / "determinism" / "summary.parquet", SUMMARY_SCHEMA).iloc[0].to_dict()
+    agreement = read_table(results / table("determinism", "agreement"), AGREEMENT_SCHEMA)
+    summary = read_table(results / table("determinism", "summary"), SUMMARY_SCHEMA).iloc[0].to_dict()
     counts: dict[str, dict[str, str]] = {}
     for (checkpoint, comparison), rows in agreement.groupby(["checkpoint", "comparison"], sort=True):
         counts.setdefault(str(checkpoint), {})[str(comparison)] = f"{int(rows['identical'].sum())}/{len(rows)}"
@@ -86,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"int8alibi.tools.vllm_study: snakemake failed (status {done.returncode}); its log says why",
               file=sys.stderr)
         return 1
-    if (results / "determinism" / "summary.parquet").is_file():
+    if (results / table("determinism", "summary")).is_file():
         print(json.dumps(report(results), indent=1, sort_keys=True), flush=True)
     return 0
 
