@@ -196,10 +196,7 @@ def test_each_stage_that_clears_its_folder_keeps_it_when_given_a_bad_input(pipe,
         assert not list(results.rglob("*.previous")), stage
 
 
-# batch reads its size profile as a bare KeyError (stages/batch.py), not a named InputError: found when this
-# list began to come from the spec; strict, so the fix shows here.
-_UNNAMED = pytest.mark.xfail(strict=True, reason="batch: an unknown size profile is a bare KeyError")
-STAGES = [pytest.param(s.name, marks=_UNNAMED) if s.name == "batch" else s.name for s in stage_spec.STAGES]
+STAGES = [s.name for s in stage_spec.STAGES]
 
 
 @pytest.mark.parametrize("stage", STAGES)

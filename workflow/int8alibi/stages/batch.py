@@ -37,6 +37,7 @@ def run(cfg: Config, out_dir: Path, *, index: Path, gate: Path) -> None:
     """Both levels of the batch-invariance design for the run's arms (see the module doc)."""
     protocol = load()
     spec, profile_name = protocol.batch, str(cfg["size_profile"])
+    protocol.size_profile(profile_name)  # an unknown name stops here, naming analysis.yaml (batch.yaml has the same names)
     layer_spec, seq_spec = spec["layer"], spec["sequence"]
     seq = seq_spec["size_profiles"][profile_name]
     device, arm_a, arm_b, selection = stage_arms(cfg)
