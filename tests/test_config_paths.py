@@ -15,7 +15,7 @@ from int8alibi.config import SCHEMA_PATH, results_dir, validate
 from int8alibi.errors import InputError
 
 from .conftest import user_config
-from int8alibi.planning.rerun import source_files
+from int8alibi.snakefile.rerun import source_files
 
 
 

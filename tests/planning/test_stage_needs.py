@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from int8alibi.planning.stage_needs import READS_LINE, SOURCE_ROLES, STAGES, UNDIGESTED_KEYS, never_read
-from int8alibi.planning.rerun import source_files
+from int8alibi.snakefile.rerun import source_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]
@@ -42,7 +42,7 @@ def test_source_roles_are_the_roles_source_files_lists() -> None:
 
 
 def test_the_table_and_the_variants_import_nothing_heavy() -> None:
-    code = ("import sys; import int8alibi.planning.stage_needs, int8alibi.quant.variants, int8alibi.planning.rule_commands; "
+    code = ("import sys; import int8alibi.planning.stage_needs, int8alibi.quant.variants, int8alibi.snakefile.rule_commands; "
             "heavy = {'torch', 'numpy', 'pandas', 'pyarrow', 'yaml', 'jsonschema'} & set(sys.modules); "
             "print(sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -25,7 +25,7 @@ from int8alibi.provenance.hashing import tree_hashes
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import reference, requant
-from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
+from int8alibi.snakefile.rerun import LLMCOMPRESSOR_VENV
 from int8alibi.quant import gate as requant_gate
 from int8alibi.quant import requant as requant_rule
 

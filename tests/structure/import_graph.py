@@ -42,8 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "report",
         "planning")),
     ("tools", (  # what runs the domain: the stage runner, commands, benchmarks, the workflow's helpers
-        "runtime", "cli", "tools", "planning.rerun", "planning.workflow_plan",
-        "planning.rule_commands")),
+        "runtime", "cli", "tools", "snakefile")),
     ("stages", ("stages",)),
 )
 

@@ -98,7 +98,7 @@ def test_a_module_without_a_layer_is_named(package: dict[str, Module]) -> None:
 def test_layers_are_the_longest_matching_entry() -> None:
     rank = {name: i for i, (name, _) in enumerate(LAYERS)}
     assert layer_of(f"{PACKAGE_NAME}.protocol.gate") == rank["arith and protocol"]
-    assert layer_of(f"{PACKAGE_NAME}.planning.rerun") == rank["tools"]
+    assert layer_of(f"{PACKAGE_NAME}.snakefile.rerun") == rank["tools"]
     assert layer_of(f"{PACKAGE_NAME}.provenance.hashing") == rank["foundation"]
     assert layer_of(f"{PACKAGE_NAME}.provenance.manifest") == rank["provenance"]
     assert layer_of(f"{PACKAGE_NAME}.stages.faults") == rank["stages"]

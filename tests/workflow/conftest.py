@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
+from int8alibi.snakefile.rerun import LLMCOMPRESSOR_VENV
 
 PROJECT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

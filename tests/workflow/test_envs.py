@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from int8alibi.tools.venv_stamp import ENVS as ENVS_FOLDER
-from int8alibi.planning.workflow_plan import software_env
+from int8alibi.snakefile.workflow_plan import software_env
 
 from .conftest import PROJECT
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from int8alibi.tools.venv_stamp import ENVS
-from int8alibi.planning.rerun import LLMCOMPRESSOR_VENV
+from int8alibi.snakefile.rerun import LLMCOMPRESSOR_VENV
 
 from .conftest import SNAKEMAKE
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.planning.rerun import STAGE_LIBRARIES
+from int8alibi.snakefile.rerun import STAGE_LIBRARIES
 
 from .conftest import SNAKEMAKE
 

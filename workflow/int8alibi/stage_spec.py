@@ -35,7 +35,7 @@ class Stage:
     outputs: Mapping[str, str]
     protocol: tuple[str, ...] = ()  # protocol files it reads, as names inside preregistration/
     config: tuple[str, ...] = ()  # top-level config keys its rules digest (and it alone may read)
-    sources: tuple[str, ...] = ()  # source-file roles (planning.rerun.source_files) its rules digest
+    sources: tuple[str, ...] = ()  # source-file roles (snakefile.rerun.source_files) its rules digest
     requires: tuple[str, ...] = ()  # stages whose manifest it must record upstream when present beside it
     folders: Mapping[str, str] = field(default_factory=dict)
     forward: bool = False  # a forward pass at the batch shape the protocol fixes: never chunked to fit memory

@@ -1,8 +1,8 @@
 # Set-up shared by every rule, and every helper function the rule files use (they hold rules only).
 # The Python behind it lives in the package, tested there: the config check, the protocol gate, the
-# run config and the run's folders, targets and job environments (int8alibi.planning.workflow_plan), the
-# params that decide reruns (int8alibi.planning.rerun) from what each stage reads
-# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.planning.rule_commands). Each stage's
+# run config and the run's folders, targets and job environments (int8alibi.snakefile.workflow_plan), the
+# params that decide reruns (int8alibi.snakefile.rerun) from what each stage reads
+# (int8alibi.planning.stage_needs), and the quoted commands (int8alibi.snakefile.rule_commands). Each stage's
 # outputs, resources and protocol files come from its one declaration (int8alibi.stage_spec). What stays
 # here needs Snakemake's own objects. No stage logic lives here; each stage is int8alibi.stages.<stage>.
 import os
@@ -26,16 +26,16 @@ from int8alibi.progress import quiet_bars
 
 quiet_bars()
 from int8alibi import parse_cache
-from int8alibi.planning import workflow_plan
+from int8alibi.snakefile import workflow_plan
 from int8alibi.errors import Int8AlibiError
 from int8alibi import stage_spec
 from int8alibi.provenance.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.report import tables as report_tables
 from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority
-from int8alibi.planning.rule_commands import q, qpath, stage_cmd
+from int8alibi.snakefile.rule_commands import q, qpath, stage_cmd
 from int8alibi.planning.stage_needs import STAGES
-from int8alibi.planning.rerun import (
+from int8alibi.snakefile.rerun import (
     CODE_CACHE,
     cannot_run,
     environment_params,
@@ -63,7 +63,7 @@ def _stop(exc):
 
 # The config Snakemake loaded, read again strictly and validated, its results folder (inside the
 # checkout, or under --config results_root=/abs) and the fail-closed protocol gate
-# (int8alibi.planning.workflow_plan.checked_config).
+# (int8alibi.snakefile.workflow_plan.checked_config).
 try:
     RESULTS, GATE = workflow_plan.checked_config(
         config, workflow.configfiles, workflow.config_settings.overwrite_config, ROOT
@@ -96,7 +96,7 @@ if _PLAN.unset:
         "and every job of this run stops until it is set\n"
     )
 RUN_CONFIG, RUN = _PLAN.path, _PLAN.run
-# The interpreter commands name, as {params.python:q} (int8alibi.planning.rerun.job_python). Outside
+# The interpreter commands name, as {params.python:q} (int8alibi.snakefile.rerun.job_python). Outside
 # conda, jobs run where Snakemake runs: an interpreter lacking the libraries every stage computes with
 # (the planning environment, workflow/envs/plan.txt) plans, and its commands name the project's environment.
 CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
@@ -123,7 +123,7 @@ KERNEL_ARMS = list(RUN["resolved"]["arms"])
 # own or vllm, resolved once when the run was planned (int8alibi.planning.resolve.resolve_engine)
 ENGINE = RUN["resolved"]["engine"]
 
-# Rerun triggers Snakemake cannot see as input files (int8alibi.planning.rerun), one readable param
+# Rerun triggers Snakemake cannot see as input files (int8alibi.snakefile.rerun), one readable param
 # each: the code a stage can run (by syntax tree: comments and docstrings rerun nothing), the config
 # keys it reads, the model's source files by content, and the library versions and portable settings
 # every job computes under. The caches live beside Snakemake's own state: planning (a dry run too)
@@ -174,7 +174,7 @@ def save_plan_caches():
 
 def stage_params(stage, environment=None):
     """A stage rule's params, given as `**stage_params(...)` beside the rule's own: the rerun params
-    (int8alibi.planning.rerun.rerun_params: the stage's code, and the config keys and source files
+    (int8alibi.snakefile.rerun.rerun_params: the stage's code, and the config keys and source files
     that int8alibi.planning.stage_needs says it reads), and the interpreter and run config its command names.
     Those two are functions of the job's output, which Snakemake does not compare between runs (its
     "derived" params): they change with where the environment lives and with every config key, and a
@@ -274,7 +274,7 @@ def deleted_with(**paths):
 
 
 def software_env(gpu_capable=False):
-    """The conda environment file a job runs in (int8alibi.planning.workflow_plan.software_env)."""
+    """The conda environment file a job runs in (int8alibi.snakefile.workflow_plan.software_env)."""
     return workflow_plan.software_env(RUN, gpu_capable)
 
 

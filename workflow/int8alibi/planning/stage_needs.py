@@ -27,7 +27,7 @@ UNDIGESTED_KEYS: dict[str, str] = {
     "results": "where the stage folders lie: another value is another set of output paths",
     "results_root": "where the stage folders lie: another value is another set of output paths",
 }
-# Source-file roles (``int8alibi.planning.rerun.source_files``).
+# Source-file roles (``int8alibi.snakefile.rerun.source_files``).
 SOURCE_ROLES = ("parent", "checkpoint", "corpus")
 
 

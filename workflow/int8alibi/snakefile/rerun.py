@@ -40,7 +40,7 @@ from ..provenance.code import CodeDigests
 from ..provenance.environment import library_versions
 from ..provenance.hashing import sha256_file
 from ..tools.venv_stamp import lock_file
-from .stage_needs import STAGES
+from ..planning.stage_needs import STAGES
 
 # Libraries whose version can change a stage's bytes (tables, tensors, tokens). Snakemake itself
 # is left out: it schedules, it computes nothing. scipy fits the K sweep; jinja2 renders the report.

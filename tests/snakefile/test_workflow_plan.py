@@ -1,4 +1,4 @@
-"""What the Snakefile decides once per invocation (``int8alibi.planning.workflow_plan``): the config read
+"""What the Snakefile decides once per invocation (``int8alibi.snakefile.workflow_plan``): the config read
 strictly and checked before anything trusts it, the run config resolved once and reused, and the
 run's folders, targets and job environments."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from int8alibi import stage_spec
-from int8alibi.planning import workflow_plan as wp
+from int8alibi.snakefile import workflow_plan as wp
 from int8alibi.errors import InputError, Int8AlibiError, ProtocolError
 
 PROJECT = Path(__file__).resolve().parents[2]

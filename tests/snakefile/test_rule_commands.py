@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from snakemake.utils import format as snakemake_format
 
-from int8alibi.planning.rule_commands import q, qpath, stage_cmd
+from int8alibi.snakefile.rule_commands import q, qpath, stage_cmd
 
 HOSTILE = [
     "results",

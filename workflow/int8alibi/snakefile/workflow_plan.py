@@ -24,7 +24,7 @@ from ..protocol import GateReport, gate
 from ..provenance.atomic import write_bytes
 from ..provenance.hashing import sha256_file
 from ..tools.venv_stamp import ENVS
-from .resolve import plan
+from ..planning.resolve import plan
 from .rerun import shard_ranges, use_gpu
 
 # What the strict checks call the config Snakemake assembled.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.planning import rerun as ws
+from int8alibi.snakefile import rerun as ws
 from int8alibi.config import expand_env
 from int8alibi.model.sources import gguf_package_file
 from int8alibi.provenance import environment
@@ -227,7 +227,7 @@ def test_rerun_params_of_an_unset_variable_hold_no_wildcard(tmp_path: Path) -> N
 def test_a_broken_link_in_a_parent_folder_enters_the_digest_instead_of_stopping_the_plan(tmp_path: Path) -> None:
     """Planning lists the parent's files; a link to nothing is named (the model stage refuses it) rather
     than raising FileNotFoundError while Snakemake parses."""
-    from int8alibi.planning.rerun import source_files
+    from int8alibi.snakefile.rerun import source_files
 
     parent = tmp_path / "parent"
     parent.mkdir()
