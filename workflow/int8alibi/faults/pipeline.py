@@ -58,8 +58,9 @@ def regime_scales(s: torch.Tensor, regime: Regime, what: str) -> torch.Tensor:
 
 
 def scale(acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-    """The reference scaling ``(acc * s_a) * s_w`` in float32, two rounded products, [M, N]."""
-    return (acc_f32 * s_a[:, None]) * s_w[None, :]
+    """The reference scaling ``(acc * s_a) * s_w`` in float32, two rounded products, [..., M, N]
+    from [..., M, N], [..., M] and [..., N] (the batched engine scales stacks of layers)."""
+    return (acc_f32 * s_a[..., :, None]) * s_w[..., None, :]
 
 
 def epilogue(acc32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
