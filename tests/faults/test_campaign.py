@@ -144,7 +144,7 @@ def test_full_severity_cells_match_a_direct_recomputation(campaign_rows: pd.Data
         s_a, s_w = regime_scales(op.s_a, regime, "s_a"), regime_scales(op.s_w, regime, "s_w")
         acc32, y = reference(op.a_q, op.w_q, s_a, s_w)
         for fault in ("F1", "F5"):
-            f5 = functools.partial(cat.f5_totals, op.a_q, op.w_q, s_w, 128)
+            f5 = functools.partial(cat.fused_reduction, op.a_q, op.w_q, s_w, 128)
             y_fault = cat.epilogue_fault(fault, acc32.float(), s_a, s_w, f5)
             out = compare_outputs(y, y_fault)
             row = cells.loc[(op.layer, fault, "all", regime)]

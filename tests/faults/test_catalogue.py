@@ -41,7 +41,7 @@ def scaling(fault: str, x: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -
 
 def fused(a: torch.Tensor, w: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor, width: int = 128) -> torch.Tensor:
     """Arm B's output under F5 on operands ``a``, ``w``."""
-    return cat.epilogue_fault("F5", acc_f32(a, w), s_a, s_w, lambda: cat.f5_totals(a, w, s_w, width))
+    return cat.epilogue_fault("F5", acc_f32(a, w), s_a, s_w, lambda: cat.fused_reduction(a, w, s_w, width))
 
 
 def test_epilogue_faults_vanish_under_power_of_two_scales() -> None:
@@ -370,7 +370,7 @@ def test_a_stack_of_gemms_gets_each_gemm_s_fault() -> None:
     s_w = torch.stack([torch.stack([g[3], g[3] / 3]) for g in gemms])                   # [L, R, N]
     exact = torch.stack([exact_accumulator(g[0], g[1]) for g in gemms])
     x = wrap_int32(exact).to(torch.float32)[:, None]
-    totals = cat.f5_totals(a[:, None], w[:, None], s_w, 128)
+    totals = cat.fused_reduction(a[:, None], w[:, None], s_w, 128)
     rows, cols = torch.tensor([[0, 5], [2, 2], [5, 1]]), torch.tensor([[299, 0], [7, 7], [150, 3]])
     one = cat.step_one(a[:, None], exact[:, None], wrap_int32(exact)[:, None], w[:, None], rows, cols)
     pct = torch.tensor([[[0, 4], [1, 2]]] * 3)
@@ -381,7 +381,7 @@ def test_a_stack_of_gemms_gets_each_gemm_s_fault() -> None:
             sa1, sw1 = s_a[li, r], s_w[li, r]
             for fault in cat.EPILOGUE_FAULTS:
                 stacked = cat.epilogue_fault(fault, x, s_a, s_w, lambda: totals, cat.CAST)[li, r]
-                single = cat.epilogue_fault(fault, x[li, 0], sa1, sw1, functools.partial(cat.f5_totals, a1, w1, sw1, 128))
+                single = cat.epilogue_fault(fault, x[li, 0], sa1, sw1, functools.partial(cat.fused_reduction, a1, w1, sw1, 128))
                 assert torch.equal(stacked.view(torch.int16), single.view(torch.int16)), (fault, li, r)
             alone = cat.step_one(a1, e1, wrap_int32(e1), w1, int(rows[li, r]), int(cols[li, r]))
             assert torch.equal(one.acc32[li, r], alone.acc32) and torch.equal(one.row[li, r], alone.row)

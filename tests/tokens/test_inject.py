@@ -60,7 +60,7 @@ def test_the_reference_copy_is_the_campaign_reference_pipeline() -> None:
 def test_epilogue_faults_at_every_severity(fault: str) -> None:
     a_q, w_q, s_a, s_w = operands(24, 300, 40, seed=2)      # K = 300: F5 sums three tiles, the last short
     acc_f32 = wrap_int32(exact_accumulator(a_q, w_q)).to(torch.float32)
-    y_fault = cat.epilogue_fault(fault, acc_f32, s_a, s_w, lambda: cat.f5_totals(a_q, w_q, s_w, 128))
+    y_fault = cat.epilogue_fault(fault, acc_f32, s_a, s_w, lambda: cat.fused_reduction(a_q, w_q, s_w, 128))
     y_ref = reference(a_q, w_q, s_a, s_w)[1]
     assert same(run([Cell(fault, "all", "own")], a_q, w_q, s_a, s_w), y_fault)
     for severity, reach in (("one", 1), ("pct", fraction_count(Fraction("0.01"), y_ref.numel()))):

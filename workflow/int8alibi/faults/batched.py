@@ -299,7 +299,7 @@ def _outputs(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tenso
     y_ref = cat.CAST.rne(scale(accf, s_a, s_w))
     y = torch.empty((layers, len(SLABS), R, m, n), dtype=torch.bfloat16, device=accf.device)
     slab = SLABS.index
-    f5 = functools.partial(cat.f5_totals, a_q[:, None], w_q[:, None], s_w, width)
+    f5 = functools.partial(cat.fused_reduction, a_q[:, None], w_q[:, None], s_w, width)
     for fault in EPILOGUE_FAULTS:
         y[:, slab(fault)] = cat.epilogue_fault(fault, accf, s_a, s_w, f5, cat.CAST)
     for name, acc32 in arms.items():

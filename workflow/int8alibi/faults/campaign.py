@@ -66,7 +66,7 @@ class CampaignSettings:
             raise ProtocolError(f"faults.yaml: regimes {regimes} are not the campaign's (own as given, pow2 nearest)")
         if faults["severities"]["one"]["elements"] != 1:
             raise ProtocolError("faults.yaml: severity 'one' must reach exactly one element")
-        f5 = next(f for f in faults["faults"] if f["id"] == "F5")
+        f5 = {f["id"]: f for f in faults["faults"]}["F5"]
         return cls(
             thresholds=Thresholds.from_protocol(protocol.thresholds),
             tile_width=int(f5["params"]["tile_width"]),
@@ -175,7 +175,7 @@ class _LayerRun:
                        for r in REGIMES}
         self.acc = exact_accumulator(self.a_q, self.w_q)
         # F5's float32 reductions in both regimes, sharing one pass over the K-tiles.
-        totals = cat.f5_totals(self.a_q, self.w_q, torch.stack([self.scales[r][1] for r in REGIMES]),
+        totals = cat.fused_reduction(self.a_q, self.w_q, torch.stack([self.scales[r][1] for r in REGIMES]),
                                settings.tile_width)
         self.f5_totals = dict(zip(REGIMES, totals))
         self.absmax = int(self.acc.abs().max().item())

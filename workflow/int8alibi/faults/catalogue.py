@@ -8,7 +8,7 @@ engine (``batched``) calls them on stacks of layers and regimes, the per-cell en
 fault the same way by construction. What each family perturbs:
 
 * F1-F5, the epilogue: arm B's bf16 output from the float32 accumulator and the scales
-  (``epilogue_fault``; F5 from its own float32 reduction over K-tiles, ``f5_totals``);
+  (``epilogue_fault``; F5 from its own float32 reduction over K-tiles, ``fused_reduction``);
 * F6, F7, the depth (both arms): both operands tiled r times along K, which multiplies the exact
   accumulator by r (``inflate``); F7 may first boost activation row 0;
 * F8: nothing, arm B is the reference;
@@ -106,7 +106,7 @@ def epilogue_fault(fault: str, acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: to
     """Arm B's full bf16 output under epilogue fault ``fault`` (F1-F5).
 
     ``acc_f32`` is the int32 accumulator as float32; ``f5_total`` gives F5's float32 reduction
-    (``f5_totals``), asked for only by F5, which finishes it: ``bf16_rne(total * s_a)``.
+    (``fused_reduction``), asked for only by F5, which finishes it: ``bf16_rne(total * s_a)``.
     """
     if fault == "F5":
         return rounding.rne(f5_total() * s_a[..., :, None])
@@ -139,7 +139,7 @@ def _f5_tile_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> torch.Ten
     return sums.reshape(tiles, *lead, a_q.shape[-2], w_q.shape[-2])
 
 
-def f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
+def fused_reduction(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
     """F5's fused order before its last step: ``sum_t f32(P_t) * s_w`` over K-tiles, left to right.
 
     Models a kernel that scales each K-tile's integer partial sum as it goes (split-K or a streamed

@@ -129,7 +129,7 @@ class InjectionArm:
             group = list(run)
             rows = slice(position * r, (position + len(group)) * r)
             if fault in cat.EPILOGUE_FAULTS:
-                f5 = functools.partial(cat.f5_totals, a_q[rows], w_q, s_w, self.settings.tile_width)
+                f5 = functools.partial(cat.fused_reduction, a_q[rows], w_q, s_w, self.settings.tile_width)
                 y = cat.epilogue_fault(fault, acc32[rows].to(torch.float32), s_a[rows], s_w, f5)
                 for i, cell in enumerate(group):
                     self._show(out, y, position + i, i, cast(Cell, cell), n)
