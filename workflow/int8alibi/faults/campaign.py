@@ -176,7 +176,7 @@ class _LayerRun:
         self.acc = exact_accumulator(self.a_q, self.w_q)
         # F5's float32 reductions in both regimes, sharing one pass over the K-tiles.
         totals = cat.fused_reduction(self.a_q, self.w_q, torch.stack([self.scales[r][1] for r in REGIMES]),
-                               settings.tile_width)
+                                     settings.tile_width)
         self.f5_totals = dict(zip(REGIMES, totals))
         self.absmax = int(self.acc.abs().max().item())
         self.acc32 = wrap_int32(self.acc, bound=self.absmax)

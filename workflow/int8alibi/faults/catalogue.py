@@ -20,7 +20,7 @@ fault the same way by construction. What each family perturbs:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
@@ -31,7 +31,7 @@ import torch
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_rne, bf16_round, bf16_rtz, wrap_int32
 from ..errors import InputError
 from .checks import Thresholds
-from .pipeline import scale, tile_partial_sums
+from .pipeline import float32_tiles, scale, tile_partial_sums
 
 SEVERITIES = ("one", "pct", "all")
 EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
@@ -115,43 +115,38 @@ def epilogue_fault(fault: str, acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: to
     return _SCALING_FAULTS[fault](acc_f32, s_a, s_w, rounding)
 
 
-def _f5_tile_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> torch.Tensor:
-    """float32(P_t) of every K-tile of ``width`` columns, [T, ..., M, N], in tile order.
+def _f5_tile_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Iterator[torch.Tensor]:
+    """float32(P_t) of each K-tile of ``width`` columns, [..., M, N], in tile order, one at a time.
 
     While ``width * 16384 <= 2^24`` every partial sum is an integer below 2^24, exact in float32 in
-    any order, so all tiles are one float32 matmul, K padded with zero columns to whole tiles (a
-    zero column adds an exact zero). Wider tiles take ``pipeline.tile_partial_sums``' exact route
-    GEMM by GEMM.
+    any order: one float32 matmul per tile, on any device and for stacks of GEMMs. Wider tiles take
+    ``pipeline.tile_partial_sums``' exact route GEMM by GEMM.
     """
     if width < 1:
         raise InputError(f"F5: tile width {width} must be positive")
-    k = a_q.shape[-1]
-    tiles = -(-k // width)
     if width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
-        pad = tiles * width - k
-        a32 = torch.nn.functional.pad(a_q.to(torch.float32), (0, pad)).unflatten(-1, (tiles, width)).movedim(-2, 0)
-        w32 = torch.nn.functional.pad(w_q.to(torch.float32), (0, pad)).unflatten(-1, (tiles, width)).movedim(-2, 0)
-        return a32 @ w32.transpose(-1, -2)
+        yield from float32_tiles(a_q, w_q, width)
+        return
     lead = torch.broadcast_shapes(a_q.shape[:-2], w_q.shape[:-2])
     a_flat = a_q.expand(*lead, *a_q.shape[-2:]).reshape(-1, *a_q.shape[-2:])
     w_flat = w_q.expand(*lead, *w_q.shape[-2:]).reshape(-1, *w_q.shape[-2:])
-    sums = torch.stack([torch.stack(list(tile_partial_sums(a, w, width))) for a, w in zip(a_flat, w_flat)], 1)
-    return sums.reshape(tiles, *lead, a_q.shape[-2], w_q.shape[-2])
+    for tile in zip(*(tile_partial_sums(a, w, width) for a, w in zip(a_flat, w_flat))):
+        yield torch.stack(tile).reshape(*lead, a_q.shape[-2], w_q.shape[-2])
 
 
 def fused_reduction(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
-    """F5's fused order before its last step: ``sum_t f32(P_t) * s_w`` over K-tiles, left to right.
+    """F5's fused order before its last step: ``sum_t f32(P_t) * s_w`` over K-tiles, left to right
+    from a float32 zero.
 
     Models a kernel that scales each K-tile's integer partial sum as it goes (split-K or a streamed
     epilogue). The product and the sum are two float32 roundings (two kernels, never a fused
     multiply-add), so every device gives the same bits. ``s_w`` may carry more leading dimensions
-    than the operands (one per regime): all of them share the tile sums.
+    than the operands (one per regime): all of them share each tile's sums.
     """
-    partials = _f5_tile_sums(a_q, w_q, width)
     s = s_w[..., None, :]
-    total = torch.zeros(torch.broadcast_shapes(partials.shape[1:], s.shape), dtype=torch.float32,
-                        device=partials.device)
-    for partial in partials:
+    pairs = (*torch.broadcast_shapes(a_q.shape[:-2], w_q.shape[:-2]), a_q.shape[-2], w_q.shape[-2])
+    total = torch.zeros(torch.broadcast_shapes(pairs, s.shape), dtype=torch.float32, device=a_q.device)
+    for partial in _f5_tile_sums(a_q, w_q, width):
         total.add_(partial * s)
     return total
 

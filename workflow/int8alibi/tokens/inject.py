@@ -13,12 +13,12 @@ site (layer, window), through the campaign's per-cell generator. What copies can
 without changing a bit: the exact accumulator (integers) is one matmul for the batch, the
 reference epilogue and each epilogue fault are elementwise, and F5's tile sums are row by row.
 
-Adapter notes (model level vs ``faults.campaign``): the faults are applied by ``faults.catalogue``,
-the campaign's engines' one home for that, picks included; severity picks use the campaign's
-``picked_elements``/``cell_rng`` with the site ``"<layer>|window <w>"`` in place of the layer
-name. The regime is the checkpoint (own or
-pow2-nearest weight scales); activation scales are the dynamic per-token ones in both, never
-snapped, because that is what the model computes.
+Adapter notes (model level vs ``faults.campaign``): every fault, F9's and F7's seeded steps
+included, is applied by ``faults.catalogue``, as in the campaign's two engines; severity picks use
+the campaign's ``picked_elements``/``cell_rng`` with the site ``"<layer>|window <w>"`` in place of
+the layer name. The regime is the checkpoint (own or pow2-nearest weight scales); activation
+scales are the dynamic per-token ones in both, never snapped, because that is what the model
+computes.
 """
 
 from __future__ import annotations
