@@ -53,6 +53,7 @@ class Rounding:
 
 
 def _cast_rtz(x: torch.Tensor) -> torch.Tensor:
+    """``arith.bf16_rtz``'s truncation without its NaN read-back (a NaN may truncate to inf)."""
     return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
 
 
