@@ -119,20 +119,23 @@ def epilogue_fault(fault: str, acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: to
 def _f5_tile_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Iterator[torch.Tensor]:
     """float32(P_t) of each K-tile of ``width`` columns, [..., M, N], in tile order, one at a time.
 
-    While ``width * 16384 <= 2^24`` every partial sum is an integer below 2^24, exact in float32 in
-    any order: one float32 matmul per tile, on any device and for stacks of GEMMs. Wider tiles take
-    ``pipeline.tile_partial_sums``' exact route GEMM by GEMM.
+    One GEMM takes ``pipeline.tile_partial_sums``, the device's fastest exact route (oneDNN's int8
+    GEMM on the CPU). A stack takes one float32 matmul per tile while ``width * 16384 <= 2^24``
+    (every partial sum an integer below 2^24, exact in float32 in any order), else that route GEMM
+    by GEMM.
     """
     if width < 1:
         raise InputError(f"F5: tile width {width} must be positive")
-    if width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
+    if a_q.dim() == 2 and w_q.dim() == 2:
+        yield from tile_partial_sums(a_q, w_q, width)
+    elif width * INT8_PRODUCT_MAX <= F32_EXACT_BOUND:
         yield from float32_tiles(a_q, w_q, width)
-        return
-    lead = torch.broadcast_shapes(a_q.shape[:-2], w_q.shape[:-2])
-    a_flat = a_q.expand(*lead, *a_q.shape[-2:]).reshape(-1, *a_q.shape[-2:])
-    w_flat = w_q.expand(*lead, *w_q.shape[-2:]).reshape(-1, *w_q.shape[-2:])
-    for tile in zip(*(tile_partial_sums(a, w, width) for a, w in zip(a_flat, w_flat))):
-        yield torch.stack(tile).reshape(*lead, a_q.shape[-2], w_q.shape[-2])
+    else:
+        lead = torch.broadcast_tensors(a_q[..., 0, 0], w_q[..., 0, 0])[0].shape
+        a_flat = a_q.expand(*lead, *a_q.shape[-2:]).reshape(-1, *a_q.shape[-2:])
+        w_flat = w_q.expand(*lead, *w_q.shape[-2:]).reshape(-1, *w_q.shape[-2:])
+        for tile in zip(*(tile_partial_sums(a, w, width) for a, w in zip(a_flat, w_flat))):
+            yield torch.stack(tile).reshape(*lead, a_q.shape[-2], w_q.shape[-2])
 
 
 def fused_reduction(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
@@ -144,11 +147,14 @@ def fused_reduction(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, wid
     multiply-add), so every device gives the same bits. ``s_w`` may carry more leading dimensions
     than the operands (one per regime): all of them share each tile's sums.
     """
-    s = s_w[..., None, :]
-    pairs = (*torch.broadcast_shapes(a_q.shape[:-2], w_q.shape[:-2]), a_q.shape[-2], w_q.shape[-2])
-    total = torch.zeros(torch.broadcast_shapes(pairs, s.shape), dtype=torch.float32, device=a_q.device)
+    total: torch.Tensor | None = None
     for partial in _f5_tile_sums(a_q, w_q, width):
-        total.add_(partial * s)
+        term = partial * s_w[..., None, :]
+        if total is None:
+            total = torch.zeros_like(term)   # from +0: a first term of -0 sums to +0, as in a kernel
+        total.add_(term)
+    if total is None:
+        raise InputError("F5: no K-tiles (K = 0)")
     return total
 
 
@@ -204,6 +210,10 @@ def _f7_past_f32(exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
 
     absmax = exact.abs().amax((-2, -1))
     r0, ok0 = depth(absmax)
+    refusal = (f"F7 cannot be induced: even with a boosted activation row no depth passes {th.f32_exact_bound} "
+               f"while {th.product_bound}*K stays below {th.int32_limit} (K={k})")
+    if exact.dim() == 2 and bool(ok0):  # one GEMM that needs no boost: skip it (a stack reads nothing back)
+        return Inflation(a_q, exact * r0, r0, r0 * absmax, ~ok0, ok0, refusal)
     j = w_q.to(torch.int32).abs().sum(-1).argmax(-1)                               # K * 128 < 2^31
     boost_row = (127 * torch.sign(torch.take_along_dim(w_q, j[..., None, None], -2).to(torch.int16))).to(torch.int8)
     new_row0 = accumulate(boost_row)                                               # [..., 1, N]
@@ -216,8 +226,6 @@ def _f7_past_f32(exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
     acc[..., :1, :] = torch.where(boosted[..., None, None], new_row0, exact[..., :1, :])
     moved = a_q.clone()
     moved[..., :1, :] = torch.where(boosted[..., None, None], boost_row, a_q[..., :1, :])
-    refusal = (f"F7 cannot be induced: even with a boosted activation row no depth passes {th.f32_exact_bound} "
-               f"while {th.product_bound}*K stays below {th.int32_limit} (K={k})")
     return Inflation(moved, acc * r[..., None, None], r, r * torch.where(boosted, absmax_b, absmax), boosted,
                      ok0 | okb, refusal)
 
@@ -256,9 +264,8 @@ def step_one(a_q: torch.Tensor, exact: torch.Tensor, acc32: torch.Tensor, w_q: t
     step = torch.where(before == 127, -1, 1)
     column = torch.take_along_dim(w_q, at_col, -1)[..., 0].to(torch.int64)            # [..., N]
     row = torch.take_along_dim(exact, at_row, -2)[..., 0, :] + step[..., None] * column
-    shape = torch.broadcast_shapes(acc32.shape, (*row.shape[:-1], 1, 1))
-    moved = acc32.expand(shape).clone()
-    moved.scatter_(-2, at_row.expand(*shape[:-2], 1, shape[-1]), wrap_int32(row)[..., None, :])
+    moved = acc32.expand(*row.shape[:-1], *acc32.shape[-2:]).clone()
+    moved.scatter_(-2, at_row.expand(*row.shape[:-1], 1, acc32.shape[-1]), wrap_int32(row)[..., None, :])
     return OneStep(before, step, row, moved)
 
 
