@@ -8,6 +8,7 @@ updates, sparse severities) give what a direct recomputation gives.
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -20,8 +21,9 @@ from int8alibi.faults.checks import compare_outputs
 from int8alibi.errors import InputError, ProtocolError
 from int8alibi.faults import CELLS_PER_LAYER, CampaignSettings, reference, run_layer
 from int8alibi.faults import catalogue as cat
-from int8alibi.faults.campaign import FAULT_SEVERITIES, cell_rng, fraction_count, picked_elements
-from int8alibi.faults.pipeline import regime_scales, tile_partial_sums
+from int8alibi.faults.campaign import cell_rng, picked_elements
+from int8alibi.faults.catalogue import FAULT_SEVERITIES, fraction_count
+from int8alibi.faults.pipeline import regime_scales
 from int8alibi.kernels.layer_operands import Operands
 
 CELL = ["layer", "fault", "severity", "regime"]
@@ -141,8 +143,9 @@ def test_full_severity_cells_match_a_direct_recomputation(campaign_rows: pd.Data
     for regime in ("own", "pow2"):
         s_a, s_w = regime_scales(op.s_a, regime, "s_a"), regime_scales(op.s_w, regime, "s_w")
         acc32, y = reference(op.a_q, op.w_q, s_a, s_w)
-        for fault, y_fault in (("F1", cat.f1_scale_precision(acc32.float(), s_a, s_w)),
-                               ("F5", cat.f5_fused_order(tile_partial_sums(op.a_q, op.w_q, 128), s_a, s_w))):
+        for fault in ("F1", "F5"):
+            f5 = functools.partial(cat.fused_reduction, op.a_q, op.w_q, s_w, 128)
+            y_fault = cat.epilogue_fault(fault, acc32.float(), s_a, s_w, f5)
             out = compare_outputs(y, y_fault)
             row = cells.loc[(op.layer, fault, "all", regime)]
             assert (row["changed_elements"], row["max_ulp"]) == (out.differing, out.max_finite_ulp)
@@ -158,8 +161,9 @@ def test_operand_cells_match_recomputed_operands(campaign_rows: pd.DataFrame, la
         _, y = reference(op.a_q, op.w_q, s_a, s_w)
         rng = cell_rng(settings.seed, op.layer, "F9", "one", regime)
         row, col = int(rng.integers(op.m)), int(rng.integers(op.k))
-        moved, _ = cat.f9_one(op.a_q, row, col)
-        for severity, a_b in (("one", moved), ("all", cat.f9_all(op.a_q))):
+        moved = op.a_q.clone()
+        moved[row, col] += -1 if int(moved[row, col]) == 127 else 1
+        for severity, a_b in (("one", moved), ("all", cat.step_all(op.a_q))):
             _, y_b = reference(a_b, op.w_q, s_a, s_w)
             out = compare_outputs(y, y_b)
             got = cells.loc[(op.layer, "F9", severity, regime)]
@@ -198,14 +202,16 @@ def test_f7_boosts_a_row_when_tiling_alone_cannot_pass_2_24(settings: CampaignSe
     m, k, n = 3, 4096, 5
     a = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
     w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-    assert cat.f7_repeats(int(exact_accumulator(a, w).abs().max()), k, 2**24, 16256, 2**31) is None
+    least = 2**24 // int(exact_accumulator(a, w).abs().max()) + 1
+    assert 16256 * least * k >= 2**31
     rows = run_layer(Operands("tiny-acts", 0, "down_proj", a, torch.full((m,), 0.01), w, torch.full((n,), 0.002)),
                      settings)
     cells = per_cell(rows).set_index(CELL)
     cell = cells.loc[("tiny-acts", "F7", "all", "own")]
     r = int(cell["tile_repeats"])
     assert cell["f7_boost"] and cell["k_effective"] == r * k and 16256 * r * k < 2**31
-    boosted, row, _ = cat.f7_boost(a, w)
+    boosted = a.clone()
+    boosted[0] = (127 * torch.sign(w[int(w.to(torch.int64).abs().sum(1).argmax())].to(torch.int16))).to(torch.int8)
     tiled = exact_accumulator(boosted.repeat(1, r), w.repeat(1, r))
     assert 2**24 < int(tiled.abs().max()) < 2**31
     flags = fired(rows, "F7").loc[("tiny-acts", "F7", "all", "own")]

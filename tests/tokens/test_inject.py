@@ -15,8 +15,9 @@ from int8alibi.arith import exact_accumulator, snap_pow2, wrap_int32
 from int8alibi.faults.checks import Thresholds
 from int8alibi.errors import InputError
 from int8alibi.faults import catalogue as cat
-from int8alibi.faults.campaign import CampaignSettings, cell_rng, fraction_count
-from int8alibi.faults.pipeline import epilogue, reference, tile_partial_sums
+from int8alibi.faults.campaign import CampaignSettings, cell_rng
+from int8alibi.faults.catalogue import fraction_count
+from int8alibi.faults.pipeline import epilogue, reference
 from int8alibi.protocol import load
 from int8alibi.tokens.inject import Cell, InjectionArm, cells, exact_int
 
@@ -59,10 +60,7 @@ def test_the_reference_copy_is_the_campaign_reference_pipeline() -> None:
 def test_epilogue_faults_at_every_severity(fault: str) -> None:
     a_q, w_q, s_a, s_w = operands(24, 300, 40, seed=2)      # K = 300: F5 sums three tiles, the last short
     acc_f32 = wrap_int32(exact_accumulator(a_q, w_q)).to(torch.float32)
-    full = {"F1": cat.f1_scale_precision, "F2": cat.f2_double_rounding, "F3": cat.f3_scale_order,
-            "F4": cat.f4_output_truncation}
-    y_fault = (full[fault](acc_f32, s_a, s_w) if fault != "F5"
-               else cat.f5_fused_order(tile_partial_sums(a_q, w_q, 128), s_a, s_w))
+    y_fault = cat.epilogue_fault(fault, acc_f32, s_a, s_w, lambda: cat.fused_reduction(a_q, w_q, s_w, 128))
     y_ref = reference(a_q, w_q, s_a, s_w)[1]
     assert same(run([Cell(fault, "all", "own")], a_q, w_q, s_a, s_w), y_fault)
     for severity, reach in (("one", 1), ("pct", fraction_count(Fraction("0.01"), y_ref.numel()))):
@@ -100,15 +98,18 @@ def test_every_copy_in_a_batch_is_what_it_would_be_alone() -> None:
 def test_f6_wraps_at_the_least_depth_and_f7_passes_two_to_the_24_below_two_to_the_31() -> None:
     a_q, w_q, s_a, s_w = operands(8, 64, 16, seed=4)
     exact = exact_accumulator(a_q, w_q)
-    r6 = cat.f6_overflow_repeats(exact, "test")
+    th = SETTINGS.thresholds
+    r6, r7 = (int(cat.inflate(f, exact, a_q, w_q, lambda rows: exact_accumulator(rows, w_q), th).repeats)
+              for f in ("F6", "F7"))
+
     def wraps(acc: torch.Tensor) -> bool:
         return bool(((acc > 2**31 - 1) | (acc < -(2**31))).any())
 
     assert wraps(exact * r6) and not wraps(exact * (r6 - 1))
     assert same(run([Cell("F6", "all", "own")], a_q, w_q, s_a, s_w), epilogue(wrap_int32(exact * r6), s_a, s_w))
-    th = Thresholds.from_protocol(load(ROOT / "preregistration").thresholds)
-    r7 = cat.f7_repeats(int(exact.abs().max()), 64, th.f32_exact_bound, th.product_bound, th.int32_limit)
-    assert r7 is not None and int((exact * r7).abs().max()) > 2**24 and th.product_bound * r7 * 64 < 2**31
+    assert th == Thresholds.from_protocol(load(ROOT / "preregistration").thresholds)
+    assert int((exact * r7).abs().max()) > 2**24 >= int((exact * (r7 - 1)).abs().max())
+    assert th.product_bound * r7 * 64 < 2**31
     assert same(run([Cell("F7", "all", "own")], a_q, w_q, s_a, s_w), epilogue((exact * r7).to(torch.int32), s_a, s_w))
 
 
@@ -116,12 +117,12 @@ def test_f7_boosts_row_zero_when_depth_alone_cannot_pass_two_to_the_24() -> None
     a_q, w_q, s_a, s_w = operands(4, 1536, 8, seed=5, amax=2)   # small activations: r would break the int32 bound
     exact = exact_accumulator(a_q, w_q)
     th = SETTINGS.thresholds
-    assert cat.f7_repeats(int(exact.abs().max()), 1536, th.f32_exact_bound, th.product_bound, th.int32_limit) is None
-    boosted, row, _ = cat.f7_boost(a_q, w_q)
+    assert th.product_bound * (th.f32_exact_bound // int(exact.abs().max()) + 1) * 1536 >= th.int32_limit
+    j = int(w_q.to(torch.int64).abs().sum(1).argmax())
     exact_b = exact.clone()
-    exact_b[row] = exact_accumulator(boosted[row:row + 1], w_q)[0]
-    r = cat.f7_repeats(int(exact_b.abs().max()), 1536, th.f32_exact_bound, th.product_bound, th.int32_limit)
-    assert r is not None
+    exact_b[0] = exact_accumulator((127 * torch.sign(w_q[j:j + 1].to(torch.int16))).to(torch.int8), w_q)[0]
+    r = th.f32_exact_bound // int(exact_b.abs().max()) + 1
+    assert th.product_bound * r * 1536 < th.int32_limit
     out = run([Cell("F7", "all", "own")], a_q, w_q, s_a, s_w)
     assert same(out, epilogue((exact_b * r).to(torch.int32), s_a, s_w))
 
@@ -129,11 +130,11 @@ def test_f7_boosts_row_zero_when_depth_alone_cannot_pass_two_to_the_24() -> None
 def test_f9_rungs_run_the_reference_on_other_operands() -> None:
     a_q, w_q, s_a, s_w = operands(20, 80, 24, seed=6)
     a_q[0, :5] = 127                                              # f9 steps down at the top of the range
-    assert same(run([Cell("F9", "all", "own")], a_q, w_q, s_a, s_w), reference(cat.f9_all(a_q), w_q, s_a, s_w)[1])
+    assert same(run([Cell("F9", "all", "own")], a_q, w_q, s_a, s_w), reference(cat.step_all(a_q), w_q, s_a, s_w)[1])
     arm = InjectionArm([Cell("F9", "one", "own")], 20, LAYER, WINDOW, SETTINGS, CPU)
     rng = cell_rng(SETTINGS.seed, arm.site, "F9", "one", "own")
     row, col = int(rng.integers(20)), int(rng.integers(80))
-    moved, _ = cat.f9_one(a_q, row, col)
+    moved = cat.stepped_operand(a_q, row, col, -1 if int(a_q[row, col]) == 127 else 1)
     one = arm.scaled_mm(a_q, w_q, s_a, s_w)
     assert same(one, reference(moved, w_q, s_a, s_w)[1])
     changed_rows = (bits(one) != bits(reference(a_q, w_q, s_a, s_w)[1])).any(dim=1).nonzero().flatten().tolist()
@@ -141,7 +142,7 @@ def test_f9_rungs_run_the_reference_on_other_operands() -> None:
     rng = cell_rng(SETTINGS.seed, arm.site, "F9", "pct", "own")
     rows = np.sort(rng.choice(20, size=fraction_count(SETTINGS.pct_fraction, 20), replace=False, shuffle=False))
     pct = run([Cell("F9", "pct", "own")], a_q, w_q, s_a, s_w)
-    assert same(pct, reference(a_q, w_q, cat.f9_pct(s_a, torch.as_tensor(rows)), s_w)[1])
+    assert same(pct, reference(a_q, w_q, cat.nudge_scales(s_a, torch.as_tensor(rows)), s_w)[1])
 
 
 def test_under_power_of_two_weight_scales_f2_f3_f5_give_the_reference_bits() -> None:

@@ -1,6 +1,7 @@
 """The layer-level fault campaign (preregistration/faults.yaml): reference pipeline, fault catalogue, cells.
 
-``reference`` is arm A; ``catalogue`` holds F1..F9 as pure functions; ``run_layer`` runs all 42
+``reference`` is arm A; ``catalogue`` is the one home of fault application (F1..F9 on stacks of
+GEMMs or one, used by both engines and by ``tokens.inject``); ``run_layer`` runs all 42
 cells x 7 checks of one layer and ``run_campaign`` streams layers through it.
 """
 

@@ -23,6 +23,7 @@ error. Rows come out in the order of the layers given.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, bf16_round, exact_accumulator, is_pow2, wrap_int32
+from ..arith import INT8_PRODUCT_MAX, exact_accumulator, is_pow2, wrap_int32
 from ..arith.bf16 import nonfinite_bits, signed_bits
 from ..arith.bits import bit_pattern
 from ..arith.pow2 import snapped_pow2
@@ -40,9 +41,9 @@ from .checks import EvidenceColumns, Thresholds
 from ..kernels.layer_operands import Operands
 from . import catalogue as cat
 from . import compare
-from .campaign import (CELLS_PER_LAYER, EPILOGUE_FAULTS, SEVERITIES, CampaignSettings, _validate, cell_rng,
-                       fraction_count, run_layer_cells)
-from .pipeline import REGIMES, tile_partial_sums
+from .campaign import CELLS_PER_LAYER, CampaignSettings, _validate, cell_rng, run_layer_cells
+from .catalogue import EPILOGUE_FAULTS, SEVERITIES, fraction_count
+from .pipeline import REGIMES, scale
 from ..campaign_budget import BATCH, MEMORY_SHARE
 from .rows import CellColumns
 
@@ -92,11 +93,8 @@ def draw_picks(layer: str, m: int, k: int, n: int, settings: CampaignSettings) -
                 sizes.append(picks.size)
     one_rows, pct_rows = [], []
     for regime in REGIMES:
-        rng = cell_rng(settings.seed, layer, "F9", "one", regime)
-        one_rows.append((int(rng.integers(m)), int(rng.integers(k))))
-        rng = cell_rng(settings.seed, layer, "F9", "pct", regime)
-        rows = rng.choice(m, size=fraction_count(settings.pct_fraction, m), replace=False, shuffle=False)
-        pct_rows.append(np.sort(rows).astype(np.int64))
+        one_rows.append(cat.one_position(cell_rng(settings.seed, layer, "F9", "one", regime), m, k))
+        pct_rows.append(cat.pct_rows(cell_rng(settings.seed, layer, "F9", "pct", regime), m, settings.pct_fraction))
     return Picks(np.concatenate(flats), tuple(sizes), tuple(one_rows), tuple(pct_rows))
 
 
@@ -160,33 +158,6 @@ def _exact(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor | None = No
 def _weights64(w_q: torch.Tensor) -> torch.Tensor:
     """[L, K, N] float64 view of int8 weights [L, N, K], as ``_exact`` multiplies them."""
     return w_q.to(torch.float64).transpose(1, 2)
-
-
-def _f5_totals(a_q: torch.Tensor, w_q: torch.Tensor, s_w: torch.Tensor, width: int) -> torch.Tensor:
-    """F5's float32 reductions of both regimes, [L, R, M, N]: ``total += f32(P_t) * s_w`` tile by
-    tile from zero, as ``campaign._LayerRun`` does, with every tile's partial sum and product made
-    at once.
-
-    K is padded with zero columns to whole tiles: a zero column adds an exact zero to a partial sum
-    (a partial sum is an integer below 2^24 in magnitude, exact in float32 whatever the order). The
-    additions stay one per tile, in order, each rounded to float32.
-    """
-    layers, m, k = a_q.shape
-    n = w_q.shape[1]
-    if width * INT8_PRODUCT_MAX > F32_EXACT_BOUND:  # wide tiles: the exact partial sums, one by one
-        partials = torch.stack([torch.stack(list(tile_partial_sums(a, w, width))) for a, w in zip(a_q, w_q)])
-    else:
-        tiles = -(-k // width)
-        pad = tiles * width - k
-        a32 = torch.nn.functional.pad(a_q.to(torch.float32), (0, pad)).reshape(layers, m, tiles, width)
-        w32 = torch.nn.functional.pad(w_q.to(torch.float32), (0, pad)).reshape(layers, n, tiles, width)
-        partials = torch.bmm(a32.permute(0, 2, 1, 3).reshape(layers * tiles, m, width),
-                             w32.permute(0, 2, 3, 1).reshape(layers * tiles, width, n)).reshape(layers, tiles, m, n)
-    terms = partials[:, :, None] * s_w[:, None, :, None, :]             # [L, T, R, M, N]
-    total = torch.zeros((layers, R, m, n), dtype=torch.float32, device=a_q.device)
-    for t in range(terms.shape[1]):
-        total.add_(terms[:, t])
-    return total
 
 
 @dataclass
@@ -272,54 +243,24 @@ def _base(a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor) -> _Base:
                  _rowwise_all(acc32.to(torch.int64) == acc))
 
 
-def _f6(base: _Base) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-    """F6: the least depth at which the accumulator wraps (``catalogue.f6_overflow_repeats``).
-    (int32 accumulator, facts r6/match6, flag: a layer with no such depth)."""
-    big = torch.full_like(base.acc_max, 2**40)
-    top, bottom = base.acc_max, -base.acc_min
-    r6 = torch.minimum(torch.where(top > 0, -(-(2**31) // top.clamp(min=1)), big),
-                       torch.where(bottom > 0, 2**31 // bottom.clamp(min=1) + 1, big))
-    flag = (r6 == big).any()
-    r6 = torch.where(r6 == big, torch.ones_like(r6), r6)
-    exact6 = base.acc * r6[:, None, None]
-    acc32_6 = wrap_int32(exact6)
-    return acc32_6, {"r6": r6, "match6": _rowwise_all(acc32_6.to(torch.int64) == exact6)}, flag
+def _inflated(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor, th: Thresholds
+              ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[torch.Tensor]]:
+    """F6 and F7 (``catalogue.inflate``): their int32 accumulators by slab name, facts r6/match6 and
+    r7/match7/boosted/absmax7, and flags of layers that cannot take them."""
+    accumulate = functools.partial(_exact, w_q=w_q, w_t64=w_t64)
+    f6 = cat.inflate("F6", base.acc, a_q, w_q, accumulate, th)
+    f7 = cat.inflate("F7", base.acc, a_q, w_q, accumulate, th)
+    acc32_6, acc32_7 = wrap_int32(f6.exact), wrap_int32(f7.exact)
+    facts = {"r6": f6.repeats, "match6": _rowwise_all(acc32_6.to(torch.int64) == f6.exact),
+             "r7": f7.repeats, "match7": _rowwise_all(acc32_7.to(torch.int64) == f7.exact),
+             "boosted": f7.boosted, "absmax7": f7.absmax}
+    return {"F6": acc32_6, "F7": acc32_7}, facts, [~f6.reachable.all(), ~f7.reachable.all()]
 
 
-def _f7(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor, th: Thresholds
-        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-    """F7: tile past 2^24 below the int32 bound; boost row 0 first when tiling alone cannot.
-    (int32 accumulator, facts r7/match7/boosted/absmax7, flag: a layer neither way reaches)."""
-    layers, m, k = a_q.shape
-
-    def depth(top_abs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r = th.f32_exact_bound // top_abs.clamp(min=1) + 1
-        return r, (top_abs > 0) & (th.product_bound * r * k < th.int32_limit)
-
-    every = torch.arange(layers, device=a_q.device)
-    r0, ok0 = depth(base.absmax)
-    j = w_q.to(torch.int32).abs().sum(dim=2).argmax(dim=1)                       # [L]
-    boost_row = (127 * torch.sign(w_q[every, j].to(torch.int16))).to(torch.int8)  # [L, K]
-    new_row0 = _exact(boost_row[:, None, :], w_q, w_t64)[:, 0]                    # [L, N]
-    rest = base.acc[:, 1:].abs().amax((1, 2)) if m > 1 else torch.zeros_like(base.absmax)
-    absmax_b = torch.maximum(rest, new_row0.abs().amax(1))
-    rb, okb = depth(absmax_b)
-    boosted = ~ok0
-    r7 = torch.where(boosted, rb, r0)
-    acc7 = base.acc.clone()
-    acc7[:, 0] = torch.where(boosted[:, None], new_row0, base.acc[:, 0])
-    exact7 = acc7 * r7[:, None, None]
-    del acc7
-    acc32_7 = wrap_int32(exact7)
-    facts = {"r7": r7, "match7": _rowwise_all(acc32_7.to(torch.int64) == exact7), "boosted": boosted,
-             "absmax7": r7 * torch.where(boosted, absmax_b, base.absmax)}
-    return acc32_7, facts, (boosted & ~okb).any()
-
-
-def _f9_all(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor
-            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """F9 all: every activation element one step away. (int32 accumulator, facts)."""
-    a_all = cat.f9_all(a_q)
+def _stepped_all(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 all (``catalogue.step_all``): (int32 accumulator, facts)."""
+    a_all = cat.step_all(a_q)
     acc_all = _exact(a_all, w_q, w_t64)
     acc32_all = wrap_int32(acc_all)
     return acc32_all, {"absmax_all": torch.maximum(base.absmax, acc_all.abs().amax((1, 2))),
@@ -327,68 +268,46 @@ def _f9_all(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, w_t64: torch.Tens
                        "ident_all": ~(a_all != a_q).flatten(1).any(1)}
 
 
-def _f9_one(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, one_at: torch.Tensor
-            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """F9 one, per layer and regime: one element moved, one accumulator row changed (rank one).
-    (int32 accumulators [L, R, M, N], facts per regime)."""
+def _stepped_one(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, one_at: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 one per layer and regime (``catalogue.step_one``): (int32 accumulators [L, R, M, N], facts
+    per regime)."""
     layers = a_q.shape[0]
     rows, cols = one_at.reshape(layers, R, 2).unbind(-1)                           # [L, R] each
-    li, ri = torch.arange(layers, device=a_q.device)[:, None], torch.arange(R, device=a_q.device)[None, :]
-    before = a_q[li, rows, cols]                                                   # [L, R] int8
-    step = torch.where(before == 127, -1, 1)
-    acc_row = base.acc[li, rows] + step[..., None] * w_q[li, :, cols].to(torch.int64)   # [L, R, N]
-    wrapped = wrap_int32(acc_row)
-    acc32_one = base.acc32[:, None].repeat(1, R, 1, 1)
-    acc32_one[li, ri, rows] = wrapped
-    return acc32_one, {
-        "absmax_one": torch.maximum(base.absmax[:, None], acc_row.abs().amax(-1)),
-        "match_one": base.match[:, None] & (wrapped.to(torch.int64) == base.acc[li, rows]).all(-1),
-        "ident_one": (before.to(torch.int16) + step).to(torch.int8) == before}     # the only element that can move
+    one = cat.step_one(a_q[:, None], base.acc[:, None], base.acc32[:, None], w_q[:, None], rows, cols)
+    before = base.acc[torch.arange(layers, device=a_q.device)[:, None], rows]      # [L, R, N]
+    return one.acc32, {
+        "absmax_one": torch.maximum(base.absmax[:, None], one.row.abs().amax(-1)),
+        "match_one": base.match[:, None] & (wrap_int32(one.row).to(torch.int64) == before).all(-1),
+        "ident_one": (one.element.to(torch.int16) + one.step).to(torch.int8) == one.element}  # the only one moved
 
 
-def _f9_pct(s_a: torch.Tensor, pct_rows: torch.Tensor, pct: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """F9 pct, per layer and regime: a fraction of the activation scales one float32 step up.
-    (the scales, facts per regime)."""
-    chosen = pct_rows.reshape(s_a.shape[0], R, pct)
-    picked = s_a.gather(2, chosen)
-    s_a_pct = s_a.scatter(2, chosen, torch.nextafter(picked, torch.full_like(picked, float("inf"))))
+def _nudged(s_a: torch.Tensor, pct_rows: torch.Tensor, pct: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """F9 pct per layer and regime (``catalogue.nudge_scales``): (the scales, facts per regime)."""
+    s_a_pct = cat.nudge_scales(s_a, pct_rows.reshape(s_a.shape[0], R, pct))
     return s_a_pct, {"ident_pct": ~(bit_pattern(s_a_pct) != bit_pattern(s_a)).any(-1)}
 
 
-def _outputs(base: _Base, s_a: torch.Tensor, s_w: torch.Tensor, f5: torch.Tensor, arms: dict[str, torch.Tensor],
-             s_a_pct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def _outputs(base: _Base, a_q: torch.Tensor, w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor,
+             width: int, arms: dict[str, torch.Tensor], s_a_pct: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """Every arm B output, [L, slab, R, M, N] bf16 (``SLABS``), each rounded from its float32 values
     as it is made, the reference [L, R, M, N], and the NaN flags. ``arms``: the int32 accumulators
-    of the operand and precondition faults by slab name."""
-    accf = base.accf
+    of the operand and precondition faults by slab name, [L, M, N] or [L, R, M, N]."""
+    accf = base.accf[:, None]                                                      # [L, 1, M, N]
     layers, m, n = s_a.shape[0], s_a.shape[2], s_w.shape[2]
-
-    def scaled(acc_f32: torch.Tensor, sa: torch.Tensor) -> torch.Tensor:
-        """``pipeline.scale`` for both regimes at once: [L, R, M, N] from [L, M, N] or [L, R, M, N]."""
-        if acc_f32.dim() == 3:
-            acc_f32 = acc_f32[:, None]
-        return (acc_f32 * sa[..., None]) * s_w[:, :, None, :]
-
-    ref_f32 = scaled(accf, s_a)
-    s_a16, s_w16 = bf16_round(s_a, "rne").to(torch.float32), bf16_round(s_w, "rne").to(torch.float32)
-    f2_first = accf[:, None] * s_a[..., None]
-    flags = [torch.isnan(f2_first).any()]
-    y_ref = ref_f32.to(torch.bfloat16)
+    y_ref = cat.CAST.rne(scale(accf, s_a, s_w))
     y = torch.empty((layers, len(SLABS), R, m, n), dtype=torch.bfloat16, device=accf.device)
     slab = SLABS.index
-    y[:, slab("F1")] = (accf[:, None] * s_a16[..., None]) * s_w16[:, :, None, :]
-    y[:, slab("F2")] = f2_first.to(torch.bfloat16).to(torch.float32) * s_w[:, :, None, :]
-    del f2_first
-    y[:, slab("F3")] = accf[:, None] * (s_a[..., None] * s_w[:, :, None, :])
-    y[:, slab("F4")] = (ref_f32.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # toward zero
-    del ref_f32
-    y[:, slab("F5")] = f5 * s_a[..., None]
-    for name in ("F9-all", "F9-one", "F6", "F7"):
-        y[:, slab(name)] = scaled(arms[name].to(torch.float32), s_a)
-    y[:, slab("F9-pct")] = scaled(accf, s_a_pct)
-    # A NaN before a rounding shows as a NaN after it (F4 rounds the reference's values).
-    flags += [torch.isnan(y).any(), torch.isnan(y_ref).any()]
-    return y, y_ref, flags
+    f5 = functools.partial(cat.fused_reduction, a_q[:, None], w_q[:, None], s_w, width)
+    for fault in EPILOGUE_FAULTS:
+        y[:, slab(fault)] = cat.epilogue_fault(fault, accf, s_a, s_w, f5, cat.CAST)
+    for name, acc32 in arms.items():
+        y[:, slab(name)] = scale((acc32 if acc32.dim() == 4 else acc32[:, None]).to(torch.float32), s_a, s_w)
+    y[:, slab("F9-pct")] = scale(accf, s_a_pct, s_w)
+    # A NaN before a rounding shows as a NaN after it (F4 and F2's first rounding round the
+    # reference's values or a part of them).
+    return y, y_ref, [torch.isnan(y).any(), torch.isnan(y_ref).any()]
 
 
 def _cell_table(y: torch.Tensor, y_ref: torch.Tensor, draws: _Draws) -> torch.Tensor:
@@ -459,21 +378,19 @@ def _enqueue(ops: list[Operands], settings: CampaignSettings, device: torch.devi
     sent = _send_draws(draws, settings, staging, device, m, m * n)
     w_t64 = _weights64(w_q)
     base = _base(a_q, w_q, w_t64)
-    f5 = _f5_totals(a_q, w_q, s_w, settings.tile_width)
-    acc32_6, facts6, flag6 = _f6(base)
-    acc32_7, facts7, flag7 = _f7(base, a_q, w_q, w_t64, settings.thresholds)
-    acc32_all, facts_all = _f9_all(base, a_q, w_q, w_t64)
+    inflated, facts_inflated, flags_inflated = _inflated(base, a_q, w_q, w_t64, settings.thresholds)
+    acc32_all, facts_all = _stepped_all(base, a_q, w_q, w_t64)
     del w_t64
-    acc32_one, facts_one = _f9_one(base, a_q, w_q, sent.one_at)
-    s_a_pct, facts_pct = _f9_pct(s_a, sent.pct_rows, sent.pct)
-    arms = {"F9-all": acc32_all, "F9-one": acc32_one, "F6": acc32_6, "F7": acc32_7}
-    y, y_ref, nan_flags = _outputs(base, s_a, s_w, f5, arms, s_a_pct)
-    del f5, arms, acc32_all, acc32_one, acc32_6, acc32_7
+    acc32_one, facts_one = _stepped_one(base, a_q, w_q, sent.one_at)
+    s_a_pct, facts_pct = _nudged(s_a, sent.pct_rows, sent.pct)
+    arms = {"F9-all": acc32_all, "F9-one": acc32_one, **inflated}
+    y, y_ref, nan_flags = _outputs(base, a_q, w_q, s_a, s_w, settings.tile_width, arms, s_a_pct)
+    del arms, inflated, acc32_all, acc32_one
     table = _cell_table(y, y_ref, sent)
     pow2 = is_pow2(s_a).all(-1) & is_pow2(s_w).all(-1)                             # [L, R]: every scale a power of two
-    layer = {"absmax": base.absmax, "base_match": base.match, **facts6, **facts7, **facts_all}
+    layer = {"absmax": base.absmax, "base_match": base.match, **facts_inflated, **facts_all}
     regime = {**facts_one, **facts_pct, "pow2": pow2, "pow2_pct": pow2 & is_pow2(s_a_pct).all(-1)}
-    packed = _pack(table, layer, regime, [*flags, flag6, flag7, *nan_flags])
+    packed = _pack(table, layer, regime, [*flags, *flags_inflated, *nan_flags])
     done = None
     if device.type == "cuda":  # copied into pinned memory behind this batch's work; an event marks the end
         host_copy = torch.empty(packed.shape, dtype=torch.int64, pin_memory=True)

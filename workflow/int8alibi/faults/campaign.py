@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,16 +36,10 @@ from .checks import (CellEvidence, ElementDiff, EvidenceColumns, OperandSet, Out
 from ..errors import InputError, ProtocolError
 from ..kernels.layer_operands import Operands
 from . import catalogue as cat
-from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales, tile_partial_sums
+from .catalogue import EPILOGUE_FAULTS, FAULT_SEVERITIES, INFLATING, SEVERITIES, fraction_count
+from .pipeline import REGIMES, Regime, as_scales, epilogue, regime_scales
 from .rows import CellColumns, check_layer, strings
 
-SEVERITIES = ("one", "pct", "all")
-EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
-# The catalogue this module implements: fault -> the severities it runs.
-FAULT_SEVERITIES: dict[str, tuple[str, ...]] = {
-    **{f: SEVERITIES for f in EPILOGUE_FAULTS},
-    "F6": ("all",), "F7": ("all",), "F8": ("all",), "F9": SEVERITIES,
-}
 CELLS_PER_LAYER = sum(len(s) for s in FAULT_SEVERITIES.values()) * len(REGIMES)
 
 
@@ -73,7 +66,7 @@ class CampaignSettings:
             raise ProtocolError(f"faults.yaml: regimes {regimes} are not the campaign's (own as given, pow2 nearest)")
         if faults["severities"]["one"]["elements"] != 1:
             raise ProtocolError("faults.yaml: severity 'one' must reach exactly one element")
-        f5 = next(f for f in faults["faults"] if f["id"] == "F5")
+        f5 = {f["id"]: f for f in faults["faults"]}["F5"]
         return cls(
             thresholds=Thresholds.from_protocol(protocol.thresholds),
             tile_width=int(f5["params"]["tile_width"]),
@@ -91,11 +84,6 @@ def cell_rng(seed: int, layer: str, fault: str, severity: str, regime: str) -> n
     """
     digest = hashlib.sha256(f"{seed}|{layer}|{fault}|{severity}|{regime}".encode()).digest()
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
-
-
-def fraction_count(fraction: Fraction, total: int) -> int:
-    """ceil(fraction * total), never below one: the size of a ``pct`` rung."""
-    return max(1, math.ceil(fraction * total))
 
 
 def picked_elements(rng: np.random.Generator, severity: str, total: int, fraction: Fraction) -> np.ndarray | None:
@@ -133,18 +121,6 @@ class _Arm:
 
     operands: OperandSet
     acc32: torch.Tensor
-
-
-@dataclass(frozen=True)
-class _Inflated:
-    """F6 or F7 (both arms): tiling, the operands tiled, and the exact and int32 accumulators."""
-
-    repeats: int
-    boosted: bool
-    a_q: torch.Tensor
-    exact: torch.Tensor
-    acc32: torch.Tensor
-    absmax: int
 
 
 @dataclass(frozen=True)
@@ -198,11 +174,10 @@ class _LayerRun:
         self.scales = {r: (regime_scales(s_a, r, f"{self.name} s_a"), regime_scales(s_w, r, f"{self.name} s_w"))
                        for r in REGIMES}
         self.acc = exact_accumulator(self.a_q, self.w_q)
-        # F5's float32 reductions in both regimes, in one pass over the K-tiles.
-        self.f5_totals = {r: torch.zeros(self.m, self.n, dtype=torch.float32, device=device) for r in REGIMES}
-        for partial in tile_partial_sums(self.a_q, self.w_q, settings.tile_width):
-            for r in REGIMES:
-                cat.f5_accumulate_(self.f5_totals[r], partial, self.scales[r][1])
+        # F5's float32 reductions in both regimes, sharing one pass over the K-tiles.
+        totals = cat.fused_reduction(self.a_q, self.w_q, torch.stack([self.scales[r][1] for r in REGIMES]),
+                                     settings.tile_width)
+        self.f5_totals = dict(zip(REGIMES, totals))
         self.absmax = int(self.acc.abs().max().item())
         self.acc32 = wrap_int32(self.acc, bound=self.absmax)
         self.acc_f32 = self.acc32.to(torch.float32)
@@ -226,8 +201,8 @@ class _LayerRun:
 
     def cells(self) -> Iterator[_Cell]:
         """Every cell of the layer, regime by regime."""
-        inflated = {"F6": self._f6(), "F7": self._f7()}
-        operand_all = cat.f9_all(self.a_q)
+        inflated = {fault: self._inflate(fault) for fault in INFLATING}
+        operand_all = cat.step_all(self.a_q)
         acc_all = exact_accumulator(operand_all, self.w_q)
         absmax_b = int(acc_all.abs().max().item())
         acc32_all, absmax_all = wrap_int32(acc_all, bound=absmax_b), max(self.absmax, absmax_b)
@@ -238,31 +213,25 @@ class _LayerRun:
             y_ref = epilogue(self.acc32, s_a, s_w)
             ref = _Reference(y_ref, nonfinite_index(y_ref), ordered_positions(y_ref))
             yield from self._epilogue_cells(regime, base, ref)
-            for fault, inf in inflated.items():
-                arm = _Arm(OperandSet(inf.a_q, self.w_q, s_a, s_w, repeats=inf.repeats), inf.acc32)
-                y = epilogue(inf.acc32, s_a, s_w)
+            for fault, (inf, acc32) in inflated.items():
+                repeats, absmax = int(inf.repeats.item()), int(inf.absmax.item())
+                arm = _Arm(OperandSet(inf.a_q, self.w_q, s_a, s_w, repeats=repeats), acc32)
+                y = epilogue(acc32, s_a, s_w)
                 changed = count_differing(ref.y, y)
-                ev = self._evidence(arm, arm, inf.exact, inf.absmax, ElementDiff.of(y, y).summary())
-                yield _Cell(fault, "all", regime, ev, changed, inf.repeats, inf.boosted)
+                ev = self._evidence(arm, arm, inf.exact, absmax, ElementDiff.of(y, y).summary())
+                yield _Cell(fault, "all", regime, ev, changed, repeats, bool(inf.boosted.item()))
             ev = self._evidence(base, base, self.acc, self.absmax, ref.diff(ref.y).summary())
             yield _Cell("F8", "all", regime, ev, ev.outputs.differing, 1, False)
             arm_all = _Arm(OperandSet(operand_all, self.w_q, s_a, s_w), acc32_all)
             yield self._operand_cell(regime, "all", base, arm_all, ref, absmax_all)
-            yield self._f9_one(regime, base, ref)
-            yield self._f9_pct(regime, base, ref)
+            yield self._step_one(regime, base, ref)
+            yield self._nudge(regime, base, ref)
 
     def _epilogue_cells(self, regime: Regime, base: _Arm, ref: _Reference) -> Iterator[_Cell]:
         s_a, s_w = self.scales[regime]
-        faulty: dict[str, Callable[[], torch.Tensor]] = {
-            "F1": lambda: cat.f1_scale_precision(self.acc_f32, s_a, s_w),
-            "F2": lambda: cat.f2_double_rounding(self.acc_f32, s_a, s_w),
-            "F3": lambda: cat.f3_scale_order(self.acc_f32, s_a, s_w),
-            "F4": lambda: cat.f4_output_truncation(self.acc_f32, s_a, s_w),
-            "F5": lambda: cat.f5_finish(self.f5_totals[regime], s_a),
-        }
         total = self.m * self.n
         for fault in EPILOGUE_FAULTS:
-            diff = ref.diff(faulty[fault]())
+            diff = ref.diff(cat.epilogue_fault(fault, self.acc_f32, s_a, s_w, lambda: self.f5_totals[regime]))
             for severity in SEVERITIES:
                 rng = self._draw(fault, severity, regime)
                 picks = picked_elements(rng, severity, total, self.settings.pct_fraction)
@@ -271,52 +240,28 @@ class _LayerRun:
                 ev = self._evidence(base, base, self.acc, self.absmax, outputs)
                 yield _Cell(fault, severity, regime, ev, outputs.differing, 1, False)
 
-    def _f6(self) -> _Inflated:
-        """Tile both operands r times along K, r the least depth at which the accumulator wraps."""
-        r = cat.f6_overflow_repeats(self.acc, self.name)
-        exact = self.acc * r
-        return _Inflated(r, False, self.a_q, exact, wrap_int32(exact, bound=r * self.absmax), r * self.absmax)
+    def _inflate(self, fault: str) -> tuple[cat.Inflation, torch.Tensor]:
+        """F6 or F7 (``catalogue.inflate``) and the int32 accumulator at its depth."""
+        accumulate = functools.partial(exact_accumulator, w_q=self.w_q)
+        inf = cat.inflate(fault, self.acc, self.a_q, self.w_q, accumulate, self.settings.thresholds).checked(self.name)
+        return inf, wrap_int32(inf.exact, bound=int(inf.absmax.item()))
 
-    def _f7(self) -> _Inflated:
-        """Tile to pass 2^24 below the int32 bound; boost one activation row first when needed."""
-        th = self.settings.thresholds
-        bounds = (self.k, th.f32_exact_bound, th.product_bound, th.int32_limit)
-        a_q, acc, absmax, boosted = self.a_q, self.acc, self.absmax, False
-        r = cat.f7_repeats(absmax, *bounds)
-        if r is None:
-            a_q, row, _ = cat.f7_boost(self.a_q, self.w_q)
-            acc = self.acc.clone()
-            acc[row] = exact_accumulator(a_q[row:row + 1], self.w_q)[0]
-            absmax, boosted = int(acc.abs().max().item()), True
-            r = cat.f7_repeats(absmax, *bounds)
-            if r is None:
-                raise InputError(f"{self.name}: F7 cannot be induced: even with a boosted activation row no "
-                                 f"depth passes {th.f32_exact_bound} while {th.product_bound}*K stays below "
-                                 f"{th.int32_limit} (K={self.k})")
-        exact = acc * r
-        return _Inflated(r, boosted, a_q, exact, wrap_int32(exact, bound=r * absmax), r * absmax)
-
-    def _f9_one(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
+    def _step_one(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
         """One activation element moved: only accumulator row ``row`` changes (a rank-one update)."""
         s_a, s_w = self.scales[regime]
-        rng = self._draw("F9", "one", regime)
-        row, col = int(rng.integers(self.m)), int(rng.integers(self.k))
-        operand, delta = cat.f9_one(self.a_q, row, col)
-        acc_row = self.acc[row] + delta * self.w_q[:, col].to(torch.int64)
-        acc32 = self.acc32.clone()
-        acc32[row] = wrap_int32(acc_row)
+        row, col = cat.one_position(self._draw("F9", "one", regime), self.m, self.k)
+        one = cat.step_one(self.a_q, self.acc, self.acc32, self.w_q, row, col)
+        operand = cat.stepped_operand(self.a_q, row, col, int(one.step.item()))
         # Rows other than `row` are arm A's, so the larger of the two maxima is over A's rows and this one.
-        absmax = max(self.absmax, int(acc_row.abs().max().item()))
-        return self._operand_cell(regime, "one", base, _Arm(OperandSet(operand, self.w_q, s_a, s_w), acc32),
+        absmax = max(self.absmax, int(one.row.abs().max().item()))
+        return self._operand_cell(regime, "one", base, _Arm(OperandSet(operand, self.w_q, s_a, s_w), one.acc32),
                                   ref, absmax)
 
-    def _f9_pct(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
+    def _nudge(self, regime: Regime, base: _Arm, ref: _Reference) -> _Cell:
         """A fraction of the activation scales moved one float32 step up; the int8 tensors untouched."""
         s_a, s_w = self.scales[regime]
-        rng = self._draw("F9", "pct", regime)
-        count = fraction_count(self.settings.pct_fraction, self.m)
-        rows = np.sort(rng.choice(self.m, size=count, replace=False, shuffle=False)).astype(np.int64)
-        s_a_pct = cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device))
+        rows = cat.pct_rows(self._draw("F9", "pct", regime), self.m, self.settings.pct_fraction)
+        s_a_pct = cat.nudge_scales(s_a, torch.as_tensor(rows, device=s_a.device))
         arm = _Arm(OperandSet(self.a_q, self.w_q, s_a_pct, s_w), self.acc32)
         return self._operand_cell(regime, "pct", base, arm, ref, self.absmax)
 

@@ -58,8 +58,9 @@ def regime_scales(s: torch.Tensor, regime: Regime, what: str) -> torch.Tensor:
 
 
 def scale(acc_f32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-    """The reference scaling ``(acc * s_a) * s_w`` in float32, two rounded products, [M, N]."""
-    return (acc_f32 * s_a[:, None]) * s_w[None, :]
+    """The reference scaling ``(acc * s_a) * s_w`` in float32, two rounded products, [..., M, N]
+    from [..., M, N], [..., M] and [..., N] (the batched engine scales stacks of layers)."""
+    return (acc_f32 * s_a[..., :, None]) * s_w[..., None, :]
 
 
 def epilogue(acc32: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
@@ -99,10 +100,11 @@ def tile_partial_sums(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Itera
 def float32_tiles(a_q: torch.Tensor, w_q: torch.Tensor, width: int) -> Iterator[torch.Tensor]:
     """``tile_partial_sums``' GPU route: one float32 matmul per tile, exact while
     ``width * 16384 <= 2^24`` (checked by the caller); a function of its own so that a CPU test
-    can hold it to the exact sums too."""
+    can hold it to the exact sums too, and so that stacks of GEMMs ([..., M, K], [..., N, K]) can
+    take it on any device (``catalogue.fused_reduction``)."""
     a32, w32 = a_q.to(torch.float32), w_q.to(torch.float32)
-    for start in range(0, a_q.shape[1], width):
-        yield a32[:, start:start + width] @ w32[:, start:start + width].T
+    for start in range(0, a_q.shape[-1], width):
+        yield a32[..., start:start + width] @ w32[..., start:start + width].transpose(-1, -2)
 
 
 def reference(

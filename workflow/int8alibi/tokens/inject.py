@@ -13,17 +13,18 @@ site (layer, window), through the campaign's per-cell generator. What copies can
 without changing a bit: the exact accumulator (integers) is one matmul for the batch, the
 reference epilogue and each epilogue fault are elementwise, and F5's tile sums are row by row.
 
-Adapter notes (model level vs ``faults.campaign``): the catalogue's functions are used as they
-are; severity picks use the campaign's ``picked_elements``/``fraction_count``/``cell_rng`` with
-the site ``"<layer>|window <w>"`` in place of the layer name; F9's draws and F7's boost fallback
-repeat the campaign's (private) per-cell steps. The regime is the checkpoint (own or
-pow2-nearest weight scales); activation scales are the dynamic per-token ones in both, never
-snapped, because that is what the model computes.
+Adapter notes (model level vs ``faults.campaign``): every fault, F9's and F7's seeded steps
+included, is applied by ``faults.catalogue``, as in the campaign's two engines; severity picks use
+the campaign's ``picked_elements``/``cell_rng`` with the site ``"<layer>|window <w>"`` in place of
+the layer name. The regime is the checkpoint (own or pow2-nearest weight scales); activation
+scales are the dynamic per-token ones in both, never snapped, because that is what the model
+computes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import cast
@@ -34,13 +35,11 @@ import torch
 from ..arith import F32_EXACT_BOUND, INT8_PRODUCT_MAX, exact_accumulator, wrap_int32
 from ..errors import InputError
 from ..faults import catalogue as cat
-from ..faults.campaign import FAULT_SEVERITIES, CampaignSettings, cell_rng, fraction_count, picked_elements
+from ..faults.campaign import CampaignSettings, cell_rng, picked_elements
 from ..faults.pipeline import epilogue, tile_partial_sums
 from ..kernels.base import arm_evidence, check_operands
 
 NAME = "fault-injection"
-BOTH_ARMS = ("F6", "F7")   # precondition faults: arm A carries them too
-EPILOGUE_FAULTS = ("F1", "F2", "F3", "F4", "F5")
 
 
 @dataclass(frozen=True)
@@ -57,12 +56,12 @@ class Cell:
 
     @property
     def both_arms(self) -> bool:
-        return self.fault in BOTH_ARMS
+        return self.fault in cat.INFLATING
 
 
 def cells(regime: str) -> list[Cell]:
     """Every (fault, severity) of the campaign's catalogue in one regime, in catalogue order."""
-    return [Cell(f, s, regime) for f, severities in FAULT_SEVERITIES.items() for s in severities]
+    return [Cell(f, s, regime) for f, severities in cat.FAULT_SEVERITIES.items() for s in severities]
 
 
 def exact_int(a_q: torch.Tensor, w_q: torch.Tensor) -> torch.Tensor:
@@ -86,8 +85,8 @@ class InjectionArm:
     def __init__(self, copies: Sequence[Cell | None], rows: int, layer: str, window: int,
                  settings: CampaignSettings, device: torch.device) -> None:
         for cell in copies:
-            if cell is not None and (cell.fault not in FAULT_SEVERITIES
-                                     or cell.severity not in FAULT_SEVERITIES[cell.fault]):
+            if cell is not None and (cell.fault not in cat.FAULT_SEVERITIES
+                                     or cell.severity not in cat.FAULT_SEVERITIES[cell.fault]):
                 raise InputError(f"fault injection: {cell.fault} has no severity {cell.severity!r}")
         if not copies or rows < 1:
             raise InputError(f"{layer}: an injection arm needs at least one copy of at least one row")
@@ -129,29 +128,18 @@ class InjectionArm:
         for fault, run in groupby(self.copies, key=lambda c: None if c is None else c.fault):
             group = list(run)
             rows = slice(position * r, (position + len(group)) * r)
-            if fault in EPILOGUE_FAULTS:
-                y = self._epilogue_fault(fault, acc32[rows], a_q[rows], w_q, s_a[rows], s_w)
+            if fault in cat.EPILOGUE_FAULTS:
+                f5 = functools.partial(cat.fused_reduction, a_q[rows], w_q, s_w, self.settings.tile_width)
+                y = cat.epilogue_fault(fault, acc32[rows].to(torch.float32), s_a[rows], s_w, f5)
                 for i, cell in enumerate(group):
                     self._show(out, y, position + i, i, cast(Cell, cell), n)
-            elif fault in BOTH_ARMS or fault == "F9":
+            elif fault in cat.INFLATING or fault in cat.OPERAND_FAULTS:
                 for i, cell in enumerate(group):
                     block = slice((position + i) * r, (position + i + 1) * r)
-                    out[block] = self._operand_fault(cast(Cell, cell), exact[block], a_q[block], w_q, s_a[block], s_w)
+                    out[block] = self._operand_fault(cast(Cell, cell), exact[block], acc32[block], a_q[block], w_q,
+                                                     s_a[block], s_w)
             position += len(group)  # None (reference) and F8 (nothing changed) keep the reference rows
         return out
-
-    def _epilogue_fault(self, fault: str, acc32: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
-                        s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
-        """F1-F5: arm B's full output on the given rows (elementwise, or row by row for F5)."""
-        acc_f32 = acc32.to(torch.float32)
-        faulty: dict[str, Callable[[], torch.Tensor]] = {
-            "F1": lambda: cat.f1_scale_precision(acc_f32, s_a, s_w),
-            "F2": lambda: cat.f2_double_rounding(acc_f32, s_a, s_w),
-            "F3": lambda: cat.f3_scale_order(acc_f32, s_a, s_w),
-            "F4": lambda: cat.f4_output_truncation(acc_f32, s_a, s_w),
-            "F5": lambda: cat.f5_fused_order(tile_partial_sums(a_q, w_q, self.settings.tile_width), s_a, s_w),
-        }
-        return faulty[fault]()
 
     def _show(self, out: torch.Tensor, y: torch.Tensor, copy: int, within: int, cell: Cell, n: int) -> None:
         """Copy ``copy`` shows arm B's output ``y`` (rows of its group) where its severity reaches."""
@@ -165,41 +153,19 @@ class InjectionArm:
         target = out[copy * r:(copy + 1) * r].reshape(-1)  # a view: rows of one copy are contiguous
         target[where] = src.reshape(-1)[where]
 
-    def _operand_fault(self, cell: Cell, exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor,
-                       s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
+    def _operand_fault(self, cell: Cell, exact: torch.Tensor, acc32: torch.Tensor, a_q: torch.Tensor,
+                       w_q: torch.Tensor, s_a: torch.Tensor, s_w: torch.Tensor) -> torch.Tensor:
         """F6, F7 (inflated depth) and F9 (other operands) on one copy's rows."""
-        what = f"{self.layer} (window {self.window})"
         k = a_q.shape[1]
-        if cell.fault == "F6":
-            return epilogue(wrap_int32(exact * cat.f6_overflow_repeats(exact, what)), s_a, s_w)
-        if cell.fault == "F7":
-            return epilogue(wrap_int32(self._f7(exact, a_q, w_q, what)), s_a, s_w)
+        if cell.fault in cat.INFLATING:
+            accumulate = functools.partial(exact_accumulator, w_q=w_q)
+            inf = cat.inflate(cell.fault, exact, a_q, w_q, accumulate, self.settings.thresholds)
+            return epilogue(wrap_int32(inf.checked(f"{self.layer} (window {self.window})").exact), s_a, s_w)
         if cell.severity == "all":
-            return epilogue(wrap_int32(exact_int(cat.f9_all(a_q), w_q), bound=k * INT8_PRODUCT_MAX), s_a, s_w)
+            return epilogue(wrap_int32(exact_int(cat.step_all(a_q), w_q), bound=k * INT8_PRODUCT_MAX), s_a, s_w)
         rng = self._rng(cell)
         if cell.severity == "one":
-            row, col = int(rng.integers(a_q.shape[0])), int(rng.integers(a_q.shape[1]))
-            _, delta = cat.f9_one(a_q, row, col)
-            moved = exact.clone()
-            moved[row] += delta * w_q[:, col].to(torch.int64)   # only accumulator row `row` changes
-            return epilogue(wrap_int32(moved, bound=k * INT8_PRODUCT_MAX), s_a, s_w)
-        count = fraction_count(self.settings.pct_fraction, a_q.shape[0])
-        rows = np.sort(rng.choice(a_q.shape[0], size=count, replace=False, shuffle=False)).astype(np.int64)
-        pct = cat.f9_pct(s_a, torch.as_tensor(rows, device=s_a.device))
-        return epilogue(wrap_int32(exact, bound=k * INT8_PRODUCT_MAX), pct, s_w)
-
-    def _f7(self, exact: torch.Tensor, a_q: torch.Tensor, w_q: torch.Tensor, what: str) -> torch.Tensor:
-        """The exact accumulator at F7's depth: tiled r times (so multiplied by r), row 0 boosted first
-        when no depth within the int32 bound passes 2^24."""
-        th = self.settings.thresholds
-        bounds = (a_q.shape[1], th.f32_exact_bound, th.product_bound, th.int32_limit)
-        r = cat.f7_repeats(int(exact.abs().max().item()), *bounds)
-        if r is None:
-            boosted, row, _ = cat.f7_boost(a_q, w_q)
-            exact = exact.clone()
-            exact[row] = exact_accumulator(boosted[row:row + 1], w_q)[0]
-            r = cat.f7_repeats(int(exact.abs().max().item()), *bounds)
-            if r is None:
-                raise InputError(f"{what}: F7 cannot be induced: even with a boosted activation row no depth passes "
-                                 f"{th.f32_exact_bound} while {th.product_bound}*K stays below {th.int32_limit}")
-        return exact * r
+            row, col = cat.one_position(rng, a_q.shape[0], k)
+            return epilogue(cat.step_one(a_q, exact, acc32, w_q, row, col).acc32, s_a, s_w)
+        rows = cat.pct_rows(rng, a_q.shape[0], self.settings.pct_fraction)
+        return epilogue(acc32, cat.nudge_scales(s_a, torch.as_tensor(rows, device=s_a.device)), s_w)
