@@ -99,7 +99,7 @@ def test_a_recursion_the_depth_bound_does_not_stop_is_still_one_named_error(monk
 
 def test_a_read_error_is_one_named_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A disk or network file system that fails mid-read (EIO) is named with the reason, not a traceback."""
-    from int8alibi.provenance import hashing
+    from int8alibi.files import hashing
 
     class Failing(io.BytesIO):
         def read(self, size: int | None = -1) -> bytes:

@@ -10,7 +10,7 @@ import pytest
 
 from int8alibi.engines import vllm_engine as ve
 from int8alibi.engines.identity import Identity, engine_log, join, rails_digest, read_identity, write_identity
-from int8alibi.provenance.hashing import sha256_bytes
+from int8alibi.files.hashing import sha256_bytes
 from int8alibi.errors import InputError
 
 

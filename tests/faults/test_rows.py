@@ -19,7 +19,7 @@ from int8alibi.faults import CampaignSettings, run_campaign
 from int8alibi.faults.campaign import CELLS_PER_LAYER
 from int8alibi.faults.rows import check_layer
 from int8alibi.kernels.layer_operands import Operands, synthetic_layers
-from int8alibi.provenance.parquet import write_table
+from int8alibi.files.parquet import write_table
 from int8alibi.protocol.definitions import MATRICES
 from int8alibi.analysis.scoring import CELLS_KEY, CELLS_SCHEMA, cells_table, score
 

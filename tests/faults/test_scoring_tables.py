@@ -11,7 +11,7 @@ import pytest
 
 from int8alibi.protocol.definitions import MATRICES, STATED
 from int8alibi.errors import ProtocolError
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.analysis.scoring import (CELLS_KEY, NOT_APPLICABLE, OUTCOMES, UNOBSERVABLE, cells_table, definition_scores,
                                         score)
 from int8alibi.stages.faults import TABLES, write_tables

@@ -15,7 +15,7 @@ import torch
 from int8alibi.ksweep import arms as ksweep_arms
 from int8alibi.ksweep import sweep
 from int8alibi.protocol import load
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_fits_and_summary_on_synthetic_counts(spec: dict[str, Any], tmp_path: Pa
     for pair, chosen in selected.items():
         assert (summary.loc[pair, "selected_model"], summary.loc[pair, "selected_model_parsimony"]) == chosen
     # the assembled rows satisfy the declared schemas
-    from int8alibi.provenance.parquet import write_table
+    from int8alibi.files.parquet import write_table
 
     write_table(fits, tmp_path / "fits.parquet", sweep.FITS_SCHEMA, sweep.FITS_KEY)
     write_table(sweep.frame(list(summary.reset_index().to_dict("records")), sweep.SUMMARY_SCHEMA),
@@ -89,7 +89,7 @@ def test_fits_and_summary_on_synthetic_counts(spec: dict[str, Any], tmp_path: Pa
 def test_counts_rows_carry_the_new_estimators_through_the_parquet_schema(tmp_path: Path) -> None:
     """A CPU comparison's row, written and read back: median and share of all equal their definitions."""
     from int8alibi.ksweep.stats import compare
-    from int8alibi.provenance.parquet import write_table
+    from int8alibi.files.parquet import write_table
 
     g = torch.Generator().manual_seed(0)
     a = torch.randn(64, 96, generator=g).to(torch.bfloat16)

@@ -19,7 +19,7 @@ import pytest
 from int8alibi.errors import ProtocolError
 from int8alibi.provenance import audit, manifest
 from int8alibi.provenance.manifest import write_manifest
-from int8alibi.provenance.parquet import write_table
+from int8alibi.files.parquet import write_table
 
 PROTOCOL_FILES = {"thresholds.yaml": "ulp_tolerance: 1\n", "faults.yaml": "faults: [F1, F2]\n"}
 TABLE_SCHEMA = pa.schema([("layer", pa.string()), ("k", pa.int32()), ("max_ulp", pa.float32())])

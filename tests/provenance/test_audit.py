@@ -14,9 +14,9 @@ import pytest
 
 from int8alibi.provenance.audit import (ABSENT, ERROR, NOTICE, Difference, Finding, diff, diff_main, explain,
                                         verify, verify_main)
-from int8alibi.provenance.hashing import sha256_file
+from int8alibi.files.hashing import sha256_file
 from int8alibi.provenance.manifest import write_manifest
-from int8alibi.provenance.parquet import write_table
+from int8alibi.files.parquet import write_table
 from .provenance_project import TABLE_SCHEMA, build_run, make_protocol_stub, use_protocol
 
 ALPHA_TABLE = "results/alpha/layers.parquet"

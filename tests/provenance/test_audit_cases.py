@@ -15,7 +15,7 @@ import pytest
 
 from int8alibi.provenance.audit import ERROR, NOTICE, diff, diff_main, explain, verify, verify_main
 from int8alibi.provenance.manifest import write_manifest
-from int8alibi.provenance.parquet import write_table
+from int8alibi.files.parquet import write_table
 from .provenance_project import TABLE_SCHEMA, make_protocol_stub, use_protocol
 
 

@@ -146,7 +146,7 @@ def test_a_file_name_with_undecodable_bytes_gives_valid_json(project: Path, caps
 
 
 def test_a_killed_runs_snapshot_is_reported_not_verified_as_a_stage(project: Path) -> None:
-    from int8alibi.provenance import transaction
+    from int8alibi.files import transaction
 
     beta = project / "results" / "beta"
     snap = transaction.snapshot(beta, [])

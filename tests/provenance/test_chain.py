@@ -292,7 +292,7 @@ def test_diff_rehash_sees_a_missing_file(project: Path) -> None:
 def test_diff_rehash_rereads_a_changed_table(project: Path) -> None:
     import pandas as pd
 
-    from int8alibi.provenance.parquet import write_table
+    from int8alibi.files.parquet import write_table
     from .provenance_project import TABLE_SCHEMA
 
     results, copy = project / "results", project / "results-copy"

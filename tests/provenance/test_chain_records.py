@@ -12,7 +12,7 @@ import pytest
 
 from int8alibi.errors import ManifestError
 from int8alibi.provenance.chain import check_record, root_digest, stage_manifest_of, verify_input
-from int8alibi.provenance.hashing import listing_digest
+from int8alibi.files.hashing import listing_digest
 from int8alibi.provenance.manifest import file_record, write_manifest
 from int8alibi.provenance.manifest_format import MANIFEST_NAME, manifest_digest
 

@@ -9,10 +9,10 @@ import pytest
 
 from .provenance_project import PROTOCOL_FILES, make_protocol_stub, use_protocol
 from int8alibi.errors import ManifestError, ProtocolError
-from int8alibi.provenance.hashing import package_digest, sha256_file, sha256_tree
+from int8alibi.files.hashing import package_digest, sha256_file, sha256_tree
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.provenance.manifest_format import FORMAT, load_manifest, manifest_digest, resolve_recorded
-from int8alibi.provenance.parquet import content_digest, read_arrow, schema_digest
+from int8alibi.files.parquet import content_digest, read_arrow, schema_digest
 
 
 def test_round_trip(project: Path) -> None:

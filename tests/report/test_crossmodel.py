@@ -47,7 +47,7 @@ def test_a_run_whose_table_was_edited_is_refused_before_it_is_read(tmp_path: Pat
 
     from int8alibi.report.crossmodel import verified_root
     from int8alibi.provenance.manifest import write_manifest
-    from int8alibi.provenance.parquet import write_table
+    from int8alibi.files.parquet import write_table
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
@@ -102,7 +102,7 @@ def test_the_default_run_stands_beside_runs_kept_inside_it(tmp_path: Path, monke
 
     from int8alibi import parse_cache
     from int8alibi.config import load_config
-    from int8alibi.provenance import transaction
+    from int8alibi.files import transaction
     from int8alibi.provenance.audit import audit_run
     from int8alibi.stages.crossmodel import run
 

@@ -162,7 +162,7 @@ def test_every_template_is_package_data() -> None:
     import fnmatch
     import tomllib
 
-    from int8alibi.provenance.hashing import PACKAGE_ROOT
+    from int8alibi.files.hashing import PACKAGE_ROOT
 
     patterns = tomllib.loads((PACKAGE_ROOT.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]["int8alibi"]

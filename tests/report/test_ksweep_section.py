@@ -51,7 +51,7 @@ def test_not_run_tables_say_so_and_draw_nothing(tmp_path: Path, paper: dict,
 
 def _write_measured(tmp_path: Path, spec: dict, counts: pd.DataFrame) -> None:
     """The stage's five tables from synthetic counts, as the stage would assemble them."""
-    from int8alibi.provenance.parquet import write_table
+    from int8alibi.files.parquet import write_table
 
     out = tmp_path / "ksweep"
     out.mkdir()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from int8alibi.provenance.hashing import sha256_file
+from int8alibi.files.hashing import sha256_file
 from int8alibi.report import tables
 
 ROOT = Path(__file__).resolve().parents[2]

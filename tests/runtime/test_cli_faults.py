@@ -21,7 +21,7 @@ import torch
 
 from int8alibi import cli
 from int8alibi.errors import fault_line
-from int8alibi.provenance.atomic import write_bytes
+from int8alibi.files.atomic import write_bytes
 from int8alibi.runtime.runner import stage_main
 
 from .test_runner_transaction import config, tree

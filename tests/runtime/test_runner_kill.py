@@ -1,5 +1,5 @@
 """A stage killed outright, or interrupted while its transaction moves entries aside or back, loses
-nothing (``provenance.transaction``): its watcher puts the previous outputs back as soon as the
+nothing (``files.transaction``): its watcher puts the previous outputs back as soon as the
 stage's process is gone (SIGKILL or SIGTERM to its whole process group), a run stopped half-way
 through setting entries aside or moving them back is finished by the next run, and a run that
 restored a killed run's snapshot and then fails leaves those outputs in that snapshot (Snakemake,
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from int8alibi.errors import InputError
-from int8alibi.provenance import transaction
+from int8alibi.files import transaction
 from int8alibi.runtime.runner import stage_main
 
 from .test_runner_transaction import config, destructive, previous, tree
@@ -25,7 +25,7 @@ from .test_runner_transaction import config, destructive, previous, tree
 KILLED_STAGE = """
 import sys, time
 from pathlib import Path
-from int8alibi.provenance.transaction import stage_transaction
+from int8alibi.files.transaction import stage_transaction
 out = Path(sys.argv[1])
 with stage_transaction(out):
     (out / "manifest.json").unlink(missing_ok=True)

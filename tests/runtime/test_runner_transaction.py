@@ -1,5 +1,5 @@
 """A stage that fails leaves its ``--out`` folder exactly as it was (``stage_main`` runs it as a
-transaction, ``provenance.transaction``): whatever the stage removed or replaced before failing comes
+transaction, ``files.transaction``): whatever the stage removed or replaced before failing comes
 back byte for byte, whatever it added goes; also for ``SystemExit``, after a killed run, and for the
 four stages that clear their folder first (model, requant, capture, reference) given a bad input. The
 stage CLI turns malformed arguments and a bad ``--out`` into one named line."""
@@ -15,7 +15,7 @@ import pytest
 
 from int8alibi import stage_spec
 from int8alibi.errors import InputError
-from int8alibi.provenance import transaction
+from int8alibi.files import transaction
 from int8alibi.runtime.runner import stage_main
 
 ROOT = Path(__file__).resolve().parents[2]

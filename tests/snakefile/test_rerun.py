@@ -191,7 +191,7 @@ def test_a_finished_run_is_not_judged_without_the_stage_libraries(tmp_path: Path
 
 
 def test_code_params_name_each_module_and_ignore_comments(tmp_path: Path) -> None:
-    from int8alibi.provenance.code import CodeDigests
+    from int8alibi.files.code import CodeDigests
 
     params = ws.code_params("report", CodeDigests(tmp_path / "code.json"))
     assert params["code_int8alibi_stages_report_py"].startswith("code int8alibi/stages/report.py ")

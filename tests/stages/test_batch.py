@@ -17,7 +17,7 @@ from int8alibi.config import Config
 from int8alibi.errors import InputError
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.stages import batch, capture
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from int8alibi.model.w8a8 import quantize_linears
 from int8alibi.kernels.layer_operands import load_operands, operand_digest
 from int8alibi.inputs.prompts import capture_sizes, decode_prompt, prefill_tile, token_digest
 from int8alibi.protocol import load
-from int8alibi.provenance.hashing import sha256_file
+from int8alibi.files.hashing import sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table, write_table
+from int8alibi.files.parquet import read_table, write_table
 from int8alibi.stages import capture
 from int8alibi.stages import model as model_stage
 from int8alibi.stages import requant as requant_stage

@@ -22,7 +22,7 @@ from int8alibi.kernels.layer_operands import ModelShapes, Operands, synthetic_la
 from int8alibi.tools.amend import amend
 from int8alibi.protocol.pins import predictions_pin
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table, write_table
+from int8alibi.files.parquet import read_table, write_table
 from int8alibi.analysis import bitwise_prediction, layer_comparison
 from int8alibi.kernels import capture_index
 from int8alibi.stages import compare, prediction

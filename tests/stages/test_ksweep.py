@@ -11,7 +11,7 @@ import pytest
 import torch
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.ksweep.sweep import NO_GPU, TABLES
 from int8alibi.stages import ksweep as stage
 

@@ -17,9 +17,9 @@ from int8alibi.config import Config
 from int8alibi.inputs.corpus import encode, load_corpus
 from int8alibi.model.sources import load_parent
 from int8alibi.protocol import load
-from int8alibi.provenance.hashing import canonical_json, sha256_bytes, sha256_file
+from int8alibi.files.hashing import canonical_json, sha256_bytes, sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.stages.perplexity import run as perplexity_stage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from int8alibi.errors import InputError, ProtocolError
 from int8alibi.kernels import get
 from int8alibi.kernels.layer_operands import Operands
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.stages import prediction
 from int8alibi.analysis import bitwise_prediction
 from int8alibi.kernels import capture_index

@@ -11,7 +11,7 @@ import pytest
 from int8alibi.config import Config
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.engines.prefill_decode import DIVERGENCE_SCHEMA, SUMMARY_SCHEMA, divergence_frame, summary
 from int8alibi.stages.prefill_decode import run as prefill_decode

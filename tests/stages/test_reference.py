@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from int8alibi import portable
 from int8alibi.errors import InputError
-from int8alibi.provenance.hashing import tree_hashes
+from int8alibi.files.hashing import tree_hashes
 from int8alibi.provenance.manifest import write_manifest
 from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import reference, requant

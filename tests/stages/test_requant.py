@@ -194,7 +194,7 @@ def test_without_a_checkpoint_the_gate_is_labelled_self_built(tmp_path: Path):
 def test_requant_on_cuda_writes_the_bytes_it_writes_on_cpu(passed: Path, tmp_path: Path):
     """A GPU run computes the weight rule on the GPU: every checkpoint file and the gate table are the
     CPU run's bytes."""
-    from int8alibi.provenance.hashing import tree_hashes
+    from int8alibi.files.hashing import tree_hashes
 
     cfg = _cfg(tmp_path)
     cfg.data["device"] = "cuda"

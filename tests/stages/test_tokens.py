@@ -19,9 +19,9 @@ from int8alibi.faults.campaign import CampaignSettings
 from int8alibi.kernels.registry import get
 from int8alibi.protocol import load
 from int8alibi.provenance.audit import verify
-from int8alibi.provenance.hashing import sha256_file
+from int8alibi.files.hashing import sha256_file
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 from int8alibi.stages import tokens as stage
 from int8alibi.tokens import study
 from int8alibi.tokens.check7 import Check7Rule

@@ -1,6 +1,6 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported), and its rules.
 
-Edges are what ``provenance.hashing.imported_names`` finds (the same reading the code digests use:
+Edges are what ``files.hashing.imported_names`` finds (the same reading the code digests use:
 top-level and function-level imports, relative ones resolved), kept where they name a module of the
 tree, plus the parent packages an import runs (``import a.b.c`` runs ``a`` and ``a.b``), except the
 importer's own packages, which are already running. The rules:
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from int8alibi.provenance.hashing import PACKAGE_NAME, imported_names
+from int8alibi.files.hashing import PACKAGE_NAME, imported_names
 
 STAGES = f"{PACKAGE_NAME}.stages"
 
@@ -31,12 +31,10 @@ STAGES = f"{PACKAGE_NAME}.stages"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", (  # no science: errors, text, files, hashes, YAML, the config, the device
         "", "errors", "printable", "progress", "parse_cache", "strict_yaml", "config", "device", "hardware", "portable",
-        "arm_names", "stage_spec", "provenance", "provenance.hashing", "provenance.atomic", "provenance.parquet",
-        "provenance.transaction", "provenance.code")),
+        "arm_names", "stage_spec", "files")),
     ("arith and protocol", ("arith", "protocol")),
     ("provenance", (  # a run's records: they record (and audit re-checks) the protocol in force
-        "provenance.environment", "provenance.manifest", "provenance.manifest_format", "provenance.chain",
-        "provenance.audit")),
+        "provenance",)),
     ("domain", (  # the science: operands, kernels, quantization, models, faults, checks, the analysis, inputs
         "campaign_budget", "kernels", "quant", "model", "inputs", "analysis", "faults", "tokens", "engines", "ksweep", "batch",
         "report",

@@ -29,7 +29,7 @@ import subprocess
 
 import pytest
 
-from int8alibi.provenance.hashing import PACKAGE_NAME, PACKAGE_ROOT
+from int8alibi.files.hashing import PACKAGE_NAME, PACKAGE_ROOT
 
 from .import_graph import import_edges, package_modules
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.provenance.hashing import PACKAGE_NAME, PACKAGE_ROOT
+from int8alibi.files.hashing import PACKAGE_NAME, PACKAGE_ROOT
 
 from .import_graph import (LAYERS, Module, cycles, dynamic_imports, import_edges, layer_of, layer_violations,
                            package_modules, stage_imports, violations)
@@ -99,8 +99,9 @@ def test_layers_are_the_longest_matching_entry() -> None:
     rank = {name: i for i, (name, _) in enumerate(LAYERS)}
     assert layer_of(f"{PACKAGE_NAME}.protocol.gate") == rank["arith and protocol"]
     assert layer_of(f"{PACKAGE_NAME}.snakefile.rerun") == rank["tools"]
-    assert layer_of(f"{PACKAGE_NAME}.provenance.hashing") == rank["foundation"]
+    assert layer_of(f"{PACKAGE_NAME}.files.hashing") == rank["foundation"]
     assert layer_of(f"{PACKAGE_NAME}.provenance.manifest") == rank["provenance"]
+    assert layer_of(f"{PACKAGE_NAME}.provenance") == rank["provenance"]
     assert layer_of(f"{PACKAGE_NAME}.stages.faults") == rank["stages"]
     assert layer_of(PACKAGE_NAME) == rank["foundation"]  # "" is the package's own __init__ only
     assert layer_of(f"{PACKAGE_NAME}.errorsx") is None  # "errors" names a module, not a prefix of names

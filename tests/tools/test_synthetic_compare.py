@@ -13,7 +13,7 @@ from int8alibi.analysis import layer_comparison
 from int8alibi.tools import synthetic_compare
 from int8alibi.kernels.layer_operands import ModelShapes
 from int8alibi.provenance.manifest_format import load_manifest
-from int8alibi.provenance.parquet import read_table
+from int8alibi.files.parquet import read_table
 
 PROJECT = Path(__file__).resolve().parents[2]
 SHAPES = ModelShapes(2, (("self_attn", "q_proj", 64, 48), ("mlp", "down_proj", 96, 64)))

@@ -1,5 +1,5 @@
 """Kill and resume through Snakemake itself, on the tiny model in scratch copies of a finished run
-(``provenance.transaction``): a real stage killed mid-run (its process alone, or with Snakemake's whole
+(``files.transaction``): a real stage killed mid-run (its process alone, or with Snakemake's whole
 process group) leaves its previous outputs in place, which verify, and after `snakemake --unlock` the
 next run redoes the job; a job that fails after restoring outputs a crashed run had set aside, with
 Snakemake holding no copy of them (a fresh copy of the checkout), loses none of them."""
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.provenance.atomic import host_tag
+from int8alibi.files.atomic import host_tag
 
 from .conftest import BIN, SNAKEMAKE, TINY_CONFIG, commit_all, copy_project, copy_run, sh, snakemake, venv_env
 

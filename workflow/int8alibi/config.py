@@ -485,7 +485,7 @@ def write_run_config(data: Mapping[str, Any], path: str | Path) -> Path:
     An existing file is never rewritten (running jobs may be reading it); one whose content differs
     from ``data`` was edited by hand or planned differently, and is refused naming it.
     """
-    from .provenance.atomic import write_bytes
+    from .files.atomic import write_bytes
 
     path = Path(path)
     text = yaml.safe_dump(dict(data), sort_keys=True)

@@ -91,7 +91,7 @@ def _load(text: str, source: str, error: type[Exception]) -> Any:
 
 def read(path: str | Path, source: str | None = None, error: type[Exception] = InputError) -> Any:
     """Read and strictly parse one YAML file (at most ``MAX_BYTES``); errors name ``source`` or the path."""
-    from .provenance.hashing import open_regular
+    from .files.hashing import open_regular
 
     path = Path(path)
     name = source or str(path)

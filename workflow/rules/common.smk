@@ -29,7 +29,7 @@ from int8alibi import parse_cache
 from int8alibi.snakefile import workflow_plan
 from int8alibi.errors import Int8AlibiError
 from int8alibi import stage_spec
-from int8alibi.provenance.code import CodeDigests
+from int8alibi.files.code import CodeDigests
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.report import tables as report_tables
 from int8alibi.planning.resources import device_limit, plan_resources, rule_priority as _rule_priority

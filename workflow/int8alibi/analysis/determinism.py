@@ -20,8 +20,8 @@ import torch
 from ..engines.generation import RUNS, TOKENS_SCHEMA, artifact_dir, artifact_paths, parse_ids, sequence_sha256
 from ..engines.identity import Identity, Mismatch, Treatment, engine_log, join, read_identity
 from ..errors import InputError
-from ..provenance.hashing import canonical_json
-from ..provenance.parquet import read_table
+from ..files.hashing import canonical_json
+from ..files.parquet import read_table
 from ..quant.variants import CHECKPOINT_VARIANTS
 
 GENERATIONS_SCHEMA = pa.schema([

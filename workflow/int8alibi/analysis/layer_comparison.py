@@ -22,7 +22,7 @@ from ..arith.bits import bit_pattern
 from .bitwise_prediction import snap_operands
 from ..kernels import Arm
 from ..kernels.layer_operands import Operands
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 
 log = logging.getLogger("int8alibi.compare")
 

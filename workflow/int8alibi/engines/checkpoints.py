@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GateError, InputError
-from ..provenance.parquet import read_table
+from ..files.parquet import read_table
 from ..quant.gate import CHECKPOINTS_DIR, GATE_SCHEMA, VERDICTS
 from ..quant.variants import CHECKPOINT_VARIANTS
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from ..provenance.hashing import sha256_bytes
+from ..files.hashing import sha256_bytes
 
 # Two fresh processes per arm and checkpoint (every variant of quant.variants, the probe too): the
 # second run is the arm's self-consistency.
@@ -33,7 +33,7 @@ def ids_text(token_ids: list[int]) -> str:
     """Token ids as one flat column value, decimal ids separated by single spaces.
 
     Flat because manifests digest table content column by column and that digest is defined for
-    flat types only (docs/ARCHITECTURE.md, provenance.parquet.content_digest).
+    flat types only (docs/ARCHITECTURE.md, files.parquet.content_digest).
     """
     return " ".join(str(int(t)) for t in token_ids)
 
@@ -53,7 +53,7 @@ def sequence_sha256(token_ids: list[int]) -> str:
 
 def artifact_dir(runs: Path, arm: str, checkpoint: str, run: int) -> Path:
     """``runs/<arm>/<checkpoint>/run<k>``: a folder per generate job, because a stage's ``--out`` is a
-    locked transaction (``provenance.transaction``): two runs sharing one would take turns, and each
+    locked transaction (``files.transaction``): two runs sharing one would take turns, and each
     would hide the other's finished files while it ran."""
     return runs / arm / checkpoint / f"run{run}"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InputError
-from ..provenance.atomic import write_bytes
-from ..provenance.hashing import canonical_json, sha256_bytes, sha256_tree
+from ..files.atomic import write_bytes
+from ..files.hashing import canonical_json, sha256_bytes, sha256_tree
 
 Treatment = Literal["arm", "run"]
 FORMAT = "int8alibi-identity/2"

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..kernels.base import package_version
-from ..provenance.hashing import sha256_bytes
+from ..files.hashing import sha256_bytes
 
 DISABLE_VAR = "VLLM_DISABLED_KERNELS"
 CUTLASS_KERNEL = "CutlassInt8ScaledMMLinearKernel"

@@ -19,7 +19,7 @@ import torch
 
 from ..config import Config
 from ..errors import InputError, ProtocolError
-from ..provenance.hashing import canonical_json, open_regular, sha256_bytes
+from ..files.hashing import canonical_json, open_regular, sha256_bytes
 
 ANALYSIS_FILE = "preregistration/analysis.yaml"
 PACKAGE_SOURCE = "int8alibi/data/pydoc-topics-3.11.7.txt"

@@ -17,7 +17,7 @@ import torch
 
 from .corpus import ANALYSIS_FILE, CorpusText, encode, prompts
 from ..errors import InputError, ProtocolError
-from ..provenance.hashing import canonical_json, sha256_bytes
+from ..files.hashing import canonical_json, sha256_bytes
 
 DECODE_ROWS = 1  # a decode step feeds one token: the only decode tile the capture defines
 

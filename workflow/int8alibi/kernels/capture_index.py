@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .layer_operands import Operands, load_operands, operand_digest, save_operands
-from ..provenance.parquet import read_table, write_table
+from ..files.parquet import read_table, write_table
 
 OPERANDS_DIR = "operands"
 

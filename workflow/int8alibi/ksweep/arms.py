@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..kernels.base import package_version
-from ..provenance.hashing import sha256_file
+from ..files.hashing import sha256_file
 from .operands import FP8, Quantized
 
 Runner = Callable[[Quantized], torch.Tensor]

@@ -32,8 +32,8 @@ from safetensors import safe_open
 from ..config import Config
 from ..errors import InputError
 from ..provenance.chain import verify_input
-from ..provenance.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
-from ..provenance.parquet import read_table
+from ..files.hashing import canonical_json, sha256_bytes, sha256_file, tree_hashes
+from ..files.parquet import read_table
 from .layers import quantized_linears
 from .package import DEFAULT_GGUF_PACKAGE, gguf_package_file, gguf_parsed_once, gguf_tokenizer
 from .portable import make_portable

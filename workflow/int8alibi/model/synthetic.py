@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import Int8AlibiError, InputError
-from ..provenance.atomic import temp_dir
+from ..files.atomic import temp_dir
 from .seeded_weights import default_threads, seeded_tensor
 from .synthetic_presets import PRESETS, Preset, preset, synthetic_config_fields
 

@@ -27,11 +27,11 @@ from ..protocol.chain import read_amendments
 from ..errors import Int8AlibiError, ManifestError
 from ..printable import json_text, printable
 from .chain import RUN_STATE, check_record, missing_links, nested_runs, root_digest, upstream_links
-from .hashing import canonical_json, listing_digest, open_regular, sha256_bytes, sha256_file, tree_hashes
+from ..files.hashing import canonical_json, listing_digest, open_regular, sha256_bytes, sha256_file, tree_hashes
 from .manifest_format import (MANIFEST_NAME, TIMESTAMP_KEYS, inferred_root, load_manifest, manifest_digest,
                               resolve_recorded)
-from .parquet import content_digest, read_arrow
-from .transaction import SUFFIX as SNAPSHOT_SUFFIX
+from ..files.parquet import content_digest, read_arrow
+from ..files.transaction import SUFFIX as SNAPSHOT_SUFFIX
 
 ERROR, NOTICE = "error", "notice"
 ABSENT = "(absent)"
@@ -118,7 +118,7 @@ def find_manifests(path: Path, exclude: Iterable[str | os.PathLike[str]] = ()) -
 
 
 def leftover_snapshots(base: Path, skip: Collection[Path] = frozenset()) -> list[Finding]:
-    """Snapshots of a stage folder's previous outputs that a killed run left (``provenance.transaction``)."""
+    """Snapshots of a stage folder's previous outputs that a killed run left (``files.transaction``)."""
     if not base.is_dir():
         return []
     return [Finding(ERROR, (here / d).as_posix(), "results folder", "the previous outputs of a stage folder, set "

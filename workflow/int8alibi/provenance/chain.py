@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import stage_spec
 from ..errors import Int8AlibiError, ManifestError
-from .hashing import listing_digest, sha256_file, tree_hashes
+from ..files.hashing import listing_digest, sha256_file, tree_hashes
 from .manifest_format import MANIFEST_NAME, load_manifest, manifest_digest, resolve_recorded
-from .transaction import SUFFIX as SNAPSHOT_SUFFIX
+from ..files.transaction import SUFFIX as SNAPSHOT_SUFFIX
 
 PROJECT_MARKER = "preregistration"  # a folder holding it is a project root: the search stops there
 RUN_STATE = ".run"  # every run's results folder holds one from its planning on (``config.run_config_path``)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import portable
-from .hashing import PACKAGE_ROOT
+from ..files.hashing import PACKAGE_ROOT
 
 LIBRARIES = ("torch", "numpy", "pandas", "pyarrow", "safetensors", "transformers", "gguf", "triton",
              "snakemake", "compressed-tensors", "vllm", "scipy", "jinja2")

@@ -24,11 +24,11 @@ from ..errors import InputError, ManifestError, ProtocolError
 from .. import protocol
 from ..protocol.pins import AMENDMENTS_DIR, PROTOCOL_DIR
 from . import environment
-from .atomic import write_bytes
+from ..files.atomic import write_bytes
 from .chain import upstream_of
-from .hashing import canonical_json, listing_digest, package_digest, sha256_file, stage_code_digest, tree_hashes
+from ..files.hashing import canonical_json, listing_digest, package_digest, sha256_file, stage_code_digest, tree_hashes
 from .manifest_format import FORMAT, MANIFEST_NAME, manifest_digest
-from .parquet import content_digest, read_arrow, schema_digest
+from ..files.parquet import content_digest, read_arrow, schema_digest
 
 
 PathLike = str | os.PathLike[str]

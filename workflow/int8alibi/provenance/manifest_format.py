@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import ManifestError
-from .hashing import canonical_json, open_regular, sha256_bytes
+from ..files.hashing import canonical_json, open_regular, sha256_bytes
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "int8alibi-manifest/2"  # /2: adds ``upstream`` (the manifest chain)

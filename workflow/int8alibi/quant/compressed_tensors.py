@@ -26,7 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..errors import InputError
-from ..provenance.atomic import temp_dir
+from ..files.atomic import temp_dir
 from .weight import QuantizedWeight
 
 CONFIG = "config.json"

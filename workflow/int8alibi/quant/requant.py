@@ -31,7 +31,7 @@ from ..config import Config
 from ..errors import GateError, InputError, ProtocolError
 from ..model.layers import LayerRef, quantized_linears_stored
 from ..model.sources import PARENT_TABLE, describe_source, load_hf_model, verified_parent
-from ..provenance.hashing import listing_digest, tree_hashes
+from ..files.hashing import listing_digest, tree_hashes
 from ..provenance.manifest_format import load_manifest
 from . import weight as wq
 from .compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..config import CURRENT, current_run_config, load_config
 from ..errors import InputError
-from ..provenance.hashing import sha256_file
+from ..files.hashing import sha256_file
 from .claims import measure, paper_value
 from .sections import Tables
 from .summary import run_model

@@ -33,7 +33,7 @@ from jinja2 import (Environment, PackageLoader, StrictUndefined, pass_eval_conte
 from jinja2.nodes import EvalContext
 from markupsafe import Markup
 
-from ..provenance.atomic import write_bytes
+from ..files.atomic import write_bytes
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import pandas as pd
 
 from ..analysis.scoring import UNOBSERVABLE
 from ..model.layers import PROJECTIONS
-from ..provenance.hashing import sha256_file
-from ..provenance.parquet import read_table
+from ..files.hashing import sha256_file
+from ..files.parquet import read_table
 from ..tokens.margin import fit_windows
 from . import svg
 from .. import stage_spec

@@ -24,7 +24,7 @@ import pandas as pd
 from .. import stage_spec
 from ..protocol.chain import read_amendments
 from ..protocol.pins import predictions_pin
-from ..provenance.hashing import sha256_file
+from ..files.hashing import sha256_file
 from .claims import WHY, claims_table, measure, real_scale_catches
 from .document import Block, Box, BoxLine, Document, Heading, Paragraph, Source, Table
 from .measures import decision_row, summary_row

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..provenance.atomic import write_bytes
+from ..files.atomic import write_bytes
 from ..stage_spec import table
 
 # The main tables, by page name (each page's caption in Snakemake's report is

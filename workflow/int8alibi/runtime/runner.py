@@ -19,10 +19,10 @@ from ..config import Config, ReadScope, load_config
 from ..errors import ConfigScopeError, InputError, Int8AlibiError, fault_line
 from ..printable import printable
 from ..progress import heartbeat, plain_stderr
-from ..provenance.atomic import disk_space, sweep_stale
+from ..files.atomic import disk_space, sweep_stale
 from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG, bind_protocol
-from ..provenance.transaction import stage_transaction
+from ..files.transaction import stage_transaction
 from ..planning.stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 from .device_memory import log_peak_device_memory
 
@@ -90,7 +90,7 @@ def out_folder(out: Path) -> None:
 
 
 def guarded(stage: str, out: Path, inputs: list[Path], body: Callable[[], None]) -> int:
-    """Run ``body`` writing into ``out`` as a transaction (``provenance.transaction``); 0, or 1 after one
+    """Run ``body`` writing into ``out`` as a transaction (``files.transaction``); 0, or 1 after one
     line on stderr naming what failed. Inputs lying in ``out`` (determinism's runs) are left alone."""
     try:
         out_folder(out)
@@ -120,9 +120,9 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     Every ``--input`` lying in another stage's folder is first checked against that stage's
     manifest (``provenance.chain.verify_input``). A failure prints one line naming what failed and
     exits 1 (a full disk: ``DiskFullError``), and leaves ``--out`` exactly as it was: the stage runs
-    as a transaction on that folder (``provenance.transaction``: snapshot, locked, restored on any
+    as a transaction on that folder (``files.transaction``: snapshot, locked, restored on any
     failure, and by a watcher process when the stage is killed), and temporaries a killed earlier run
-    left in ``--out`` are removed or reported (``provenance.atomic.sweep_stale``). The protocol's files
+    left in ``--out`` are removed or reported (``files.atomic.sweep_stale``). The protocol's files
     are bound when the stage starts (``provenance.manifest.bind_protocol``): a manifest written after
     they changed is refused, so results are never recorded under a protocol they were not computed
     under. Every stage computes under the portable CPU settings

@@ -6,7 +6,7 @@ input file is a param here, each a line a person can read ("code int8alibi/stage
 "config corpus: {...}", "library torch 2.13.0"); protocol files are inputs, named by Snakemake:
 
 * ``code_params``: one per package module a stage can run (its module's int8alibi imports,
-  transitively), by the module's syntax tree (``provenance.code``): a comment or docstring edit
+  transitively), by the module's syntax tree (``files.code``): a comment or docstring edit
   reruns nothing, any other edit reruns exactly the stages that can run that module;
 * ``config_params``: one per config key a stage reads, expanded (``${VAR}`` replaced) and with
   ``device``/``arms`` as resolved for the run (``int8alibi.planning.resolve``);
@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..provenance.code import CodeDigests
+from ..files.code import CodeDigests
 from ..provenance.environment import library_versions
-from ..provenance.hashing import sha256_file
+from ..files.hashing import sha256_file
 from ..tools.venv_stamp import lock_file
 from ..planning.stage_needs import STAGES
 

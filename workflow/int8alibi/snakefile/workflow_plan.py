@@ -21,8 +21,8 @@ from ..config import (check_bounded, command_line_booleans, current_run_config, 
                       results_dir, run_config_path, validate, write_run_config)
 from ..errors import InputError
 from ..protocol import GateReport, gate
-from ..provenance.atomic import write_bytes
-from ..provenance.hashing import sha256_file
+from ..files.atomic import write_bytes
+from ..files.hashing import sha256_file
 from ..tools.venv_stamp import ENVS
 from ..planning.resolve import plan
 from .rerun import shard_ranges, use_gpu

@@ -28,7 +28,7 @@ from ..protocol import load
 from ..protocol.load import batch_prompts_needed
 from ..protocol.pins import BATCH
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..planning.resolve import stage_arms
 from ..runtime.runner import log, stage_main
 

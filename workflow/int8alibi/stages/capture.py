@@ -30,7 +30,7 @@ from ..kernels.layer_operands import Operands
 from ..progress import Progress
 from ..inputs.prompts import TokenSelection, capture_sizes, decode_prompt, prefill_tile, token_digest
 from ..protocol import load
-from ..provenance.atomic import temp_dir
+from ..files.atomic import temp_dir
 from ..provenance.manifest import write_manifest
 from ..provenance.manifest_format import MANIFEST_NAME
 from ..quant.compressed_tensors import load_checkpoint

@@ -30,7 +30,7 @@ from ..protocol.chain import read_amendments
 from ..protocol.pins import PREDICTIONS_PIN, data_digest, predictions_pin
 from ..provenance.environment import differences, made_in
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import read_table
+from ..files.parquet import read_table
 from ..planning.resolve import stage_arms
 from ..runtime.runner import stage_main
 

@@ -14,10 +14,10 @@ from ..config import Config
 from ..report.crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, verified_root, wide
 from ..errors import InputError
 from ..protocol import load
-from ..provenance.atomic import write_bytes
-from ..provenance.hashing import sha256_file
+from ..files.atomic import write_bytes
+from ..files.hashing import sha256_file
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..report import document
 from ..runtime.runner import log, stage_main
 

@@ -17,7 +17,7 @@ from ..config import Config
 from ..engines.generation import RUNS
 from ..errors import InputError
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
 from ..runtime.runner import log, stage_main
 

@@ -34,7 +34,7 @@ from ..protocol import load
 from ..provenance.chain import verify_input
 from ..provenance.manifest import write_manifest
 from ..provenance.manifest_format import load_manifest
-from ..provenance.parquet import read_table, write_table
+from ..files.parquet import read_table, write_table
 from ..analysis.decisions import DECISIONS_KEY, DECISIONS_SCHEMA
 from ..analysis.decisions import evaluate as evaluate_decisions
 from ..protocol.definitions import MATRICES, REVERTED, Definition

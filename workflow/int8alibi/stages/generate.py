@@ -25,7 +25,7 @@ from ..engines.identity import Identity, checkpoint_digest, quant_config_digest,
 from ..engines.own import engine_record, load_w8a8
 from ..errors import InputError
 from ..provenance.environment import library_versions
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..model.sources import tokenizer_digest
 from ..quant.variants import CHECKPOINT_VARIANTS
 from ..planning.resolve import require_arm, stage_device

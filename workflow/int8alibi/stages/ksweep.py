@@ -14,7 +14,7 @@ from ..config import Config
 from ..ksweep.sweep import NO_GPU, TABLES, log, sweep_tables
 from ..protocol import load
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..runtime.runner import stage_main
 
 

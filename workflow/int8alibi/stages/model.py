@@ -20,9 +20,9 @@ import torch
 
 from ..config import Config
 from ..errors import InputError
-from ..provenance.atomic import temp_dir
+from ..files.atomic import temp_dir
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..model.sources import (DEFAULT_GGUF_PACKAGE, PARENT_DIR, PARENT_KEY, PARENT_SCHEMA, PARENT_TABLE, ParentInfo,
                              gguf_package_file, load_hf_dir, load_source, parent_record, tensors_digest,
                              tokenizer_digest)

@@ -15,9 +15,9 @@ from ..config import Config
 from ..engines.checkpoints import checkpoint_dir
 from ..inputs.corpus import load_corpus
 from ..planning.resolve import stage_arms
-from ..provenance.hashing import canonical_json, sha256_bytes
+from ..files.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..runtime.runner import stage_main
 
 

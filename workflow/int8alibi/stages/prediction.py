@@ -25,7 +25,7 @@ from ..planning.resolve import stage_device
 from ..errors import InputError, ProtocolError
 from ..protocol import load
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..runtime.runner import stage_main
 
 log = logging.getLogger("int8alibi.prediction")

@@ -20,7 +20,7 @@ from ..inputs.corpus import prompt_digest, prompts
 from ..engines.checkpoints import checkpoint_dir
 from ..engines.own import SharedParent, load_w8a8
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..quant.variants import CHECKPOINT_VARIANTS
 from ..planning.resolve import stage_arms
 from ..engines.prefill_decode import (DIVERGENCE_KEY, DIVERGENCE_SCHEMA, SUMMARY_KEY, SUMMARY_SCHEMA, divergence_frame,

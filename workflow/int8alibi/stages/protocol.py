@@ -10,7 +10,7 @@ from ..config import Config
 from ..protocol.pin_table import PINS_KEY, PINS_SCHEMA, pins_table
 from ..protocol.pins import AMENDMENTS_DIR, LOCK_FILE, PROTOCOL_DIR
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..runtime.runner import stage_main
 
 

@@ -35,10 +35,10 @@ from typing import Any
 from ..config import Config
 from ..errors import InputError
 from ..model.sources import PARENT_DIR, PARENT_SCHEMA, PARENT_TABLE
-from ..provenance.atomic import temp_dir
-from ..provenance.hashing import tree_hashes
+from ..files.atomic import temp_dir
+from ..files.hashing import tree_hashes
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import read_table
+from ..files.parquet import read_table
 from ..quant.gate import REFERENCE_CHECKPOINT_DIR
 from ..runtime.runner import stage_main
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..config import Config
 from ..errors import InputError
 from ..protocol import load
-from ..provenance.hashing import open_regular
+from ..files.hashing import open_regular
 from ..provenance.manifest import write_manifest
 from ..report import batch, document, ksweep, sections, summary, tables
 from ..runtime.runner import log, stage_main

@@ -19,9 +19,9 @@ import pandas as pd
 from ..config import Config
 from ..errors import InputError
 from ..model.sources import PARENT_TABLE
-from ..provenance.atomic import temp_dir
+from ..files.atomic import temp_dir
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..quant.gate import CHECKPOINTS_DIR, GATE_KEY, GATE_SCHEMA, GATE_TABLE
 from ..quant.requant import (Reference, build_arms, committed_reference, division_summary, gate_verdict, open_parent,
                              pinned_division, tool_reference)

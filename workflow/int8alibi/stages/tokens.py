@@ -20,9 +20,9 @@ from ..engines.checkpoints import checkpoint_dir
 from ..faults.campaign import CampaignSettings
 from ..inputs.corpus import CorpusText, load_corpus
 from ..planning.resolve import stage_arms
-from ..provenance.hashing import canonical_json, sha256_bytes
+from ..files.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 from ..runtime.runner import log, stage_main
 from ..tokens.check7 import Check7Rule
 from ..tokens.inject import InjectionArm

@@ -44,7 +44,7 @@ from ..kernels.layer_operands import QWEN3_SHAPES, Operands, synthetic_layers
 from ..progress import Progress
 from ..protocol import load
 from ..provenance.manifest import write_manifest
-from ..provenance.parquet import write_table
+from ..files.parquet import write_table
 
 LAYER_CHECKS = (1, 2, 3, 4, 5, 6)  # check 7 needs logits: never at layer level
 TOLERANCE_CHECK = 6

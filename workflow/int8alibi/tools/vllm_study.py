@@ -24,7 +24,7 @@ from ..analysis.determinism import AGREEMENT_SCHEMA, SUMMARY_SCHEMA
 from ..engines.generation import RUNS, artifact_dir, artifact_paths
 from ..engines.identity import read_identity
 from ..engines.vllm_engine import ARM_KERNELS
-from ..provenance.parquet import read_table
+from ..files.parquet import read_table
 from ..stage_spec import MANIFEST, table
 from ..quant.variants import CHECKPOINT_VARIANTS
 

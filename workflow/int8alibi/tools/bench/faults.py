@@ -34,7 +34,7 @@ from ...errors import InputError
 from ...faults import CELLS_PER_LAYER, CampaignSettings, run_campaign
 from ...faults.run import ENGINES, resolve_engine
 from ...kernels.layer_operands import QWEN3_SHAPES, Operands, synthetic_layer
-from ...provenance.parquet import write_table
+from ...files.parquet import write_table
 from ...protocol.definitions import MATRICES
 from ...protocol import load
 from ...analysis.scoring import CELLS_KEY, CELLS_SCHEMA, detection, score

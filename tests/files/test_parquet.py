@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from int8alibi.errors import InputError
-from int8alibi.provenance import parquet
-from int8alibi.provenance.parquet import content_digest, read_arrow, read_table, schema_digest, write_table
+from int8alibi.files import parquet
+from int8alibi.files.parquet import content_digest, read_arrow, read_table, schema_digest, write_table
 
 SCHEMA = pa.schema([
     ("layer", pa.string()),
@@ -100,7 +100,7 @@ import sys
 import numpy as np
 sys.path.insert(0, sys.argv[3])
 from test_parquet import SCHEMA, KEY, boundary_frame
-from int8alibi.provenance.parquet import write_table
+from int8alibi.files.parquet import write_table
 df = boundary_frame()
 perm = np.random.default_rng(int(sys.argv[2])).permutation(len(df))
 write_table(df.iloc[perm], sys.argv[1], SCHEMA, KEY)

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from int8alibi.errors import DiskFullError
-from int8alibi.provenance import atomic, parquet
-from int8alibi.provenance.atomic import sweep_stale, temp_dir, temp_prefix, write_bytes
+from int8alibi.files import atomic, parquet
+from int8alibi.files.atomic import sweep_stale, temp_dir, temp_prefix, write_bytes
 from int8alibi.runtime.runner import stage_main
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_other_os_errors_are_not_mistaken_for_a_full_disk(tmp_path: Path) -> Non
 
 KILLED_WRITER = """
 import os, signal, sys
-from int8alibi.provenance.atomic import temp_dir
+from int8alibi.files.atomic import temp_dir
 staging = temp_dir(sys.argv[1], "operands")
 (staging / "layer0.pt").write_bytes(b"0" * 1_000_000)
 print(staging, flush=True)
@@ -163,7 +163,7 @@ def test_a_full_disk_reported_in_a_library_error_type_is_named(tmp_path) -> None
     import pytest as _pytest
 
     from int8alibi.errors import DiskFullError
-    from int8alibi.provenance.atomic import disk_space
+    from int8alibi.files.atomic import disk_space
 
     target = tmp_path / "model.safetensors"
     message = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'

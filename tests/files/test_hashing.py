@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from int8alibi.errors import InputError
-from int8alibi.provenance import hashing
-from int8alibi.provenance.hashing import (canonical_json, module_closure, package_digest, sha256_bytes,
+from int8alibi.files import hashing
+from int8alibi.files.hashing import (canonical_json, module_closure, package_digest, sha256_bytes,
                                           sha256_file, sha256_tree, stage_code_digest)
 
 # FIPS 180-2 test vectors

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from int8alibi.provenance import hashing
-from int8alibi.provenance.code import CodeDigests, syntax_digest
+from int8alibi.files import hashing
+from int8alibi.files.code import CodeDigests, syntax_digest
 
 SOURCE = '''"""Module docstring."""
 import os  # why
@@ -86,7 +86,7 @@ def test_a_cached_entry_is_used_without_parsing(package: Path, tmp_path: Path,
     digests = CodeDigests(cache)
     expected = digests.closure("int8alibi.stages.alpha")
     digests.save()
-    import int8alibi.provenance.code as code
+    import int8alibi.files.code as code
 
     monkeypatch.setattr(code, "syntax_digest", lambda *a: pytest.fail("parsed although cached"))
     assert CodeDigests(cache).closure("int8alibi.stages.alpha") == expected

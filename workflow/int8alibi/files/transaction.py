@@ -206,7 +206,7 @@ def watch(argv: list[str]) -> None:
 def _start_watcher(out: Path, inputs: list[Path]) -> int:
     """Start this run's watcher (``watch``); return the pipe's writing end, only this process holds it."""
     read, write = os.pipe()
-    code = "import sys; from int8alibi.provenance.transaction import watch; watch(sys.argv[1:])"
+    code = "import sys; from int8alibi.files.transaction import watch; watch(sys.argv[1:])"
     package_parent = str(Path(__file__).resolve().parents[2])  # the watcher runs this very copy of the package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
     try:
