@@ -48,7 +48,7 @@ def test_rates_must_be_positive():
 
 
 def test_workload_from_the_protocol_and_the_stage_constants():
-    from int8alibi.analysis import perplexity
+    from int8alibi.engines import perplexity
     from int8alibi.stages import capture
 
     protocol = load()

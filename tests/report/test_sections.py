@@ -54,7 +54,7 @@ def test_a_vllm_run_names_its_engine_and_each_arms_logged_kernel_class(tmp_path:
     """The H200 study's own determinism tables and identities (docs/measured): the section says the
     artifacts came from vLLM and which kernel class its selection log named per arm."""
     from int8alibi.engines.identity import read_identity
-    from int8alibi.analysis.determinism import kernel_row
+    from int8alibi.engines.determinism import kernel_row
 
     measured = Path(__file__).resolve().parents[2] / "docs" / "measured" / "h200-vllm-qwen3-1.7b"
     for name in ("summary", "agreement"):

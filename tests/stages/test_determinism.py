@@ -23,7 +23,7 @@ from int8alibi.kernels.registry import get
 from int8alibi.protocol import load
 from int8alibi.provenance.manifest_format import load_manifest
 from int8alibi.files.parquet import read_table, write_table
-from int8alibi.analysis.determinism import agreement, kernel_row, read_artifact
+from int8alibi.engines.determinism import agreement, kernel_row, read_artifact
 from int8alibi.stages.determinism import run as determinism
 from int8alibi.engines.generation import TOKENS_SCHEMA, artifact_dir, artifact_paths, ids_text, parse_ids, sequence_sha256
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from int8alibi.analysis.perplexity import MODELS
+from int8alibi.engines.perplexity import MODELS
 from int8alibi.config import Config
 from int8alibi.inputs.corpus import encode, load_corpus
 from int8alibi.model.sources import load_parent

@@ -27,7 +27,7 @@ from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.stages import reference, requant
 from int8alibi.snakefile.rerun import LLMCOMPRESSOR_VENV
 from int8alibi.quant import gate as requant_gate
-from int8alibi.quant import requant as requant_rule
+from int8alibi.model import requant as requant_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_PYTHON = ROOT / LLMCOMPRESSOR_VENV / "bin" / "python"

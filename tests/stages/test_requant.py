@@ -20,7 +20,7 @@ from int8alibi.quant.compressed_tensors import load_checkpoint
 from int8alibi.quant.variants import CHECKPOINT_VARIANTS
 from int8alibi.stages import requant
 from int8alibi.quant import gate as requant_gate
-from int8alibi.quant import requant as requant_rule
+from int8alibi.model import requant as requant_rule
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "llmcompressor"

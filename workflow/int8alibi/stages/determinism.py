@@ -1,6 +1,6 @@
 """Stage 8b, determinism: do the two arms generate the same tokens, and does each repeat itself?
 
-Reads every generate artifact and has ``analysis.determinism`` join them under the identity
+Reads every generate artifact and has ``engines.determinism`` join them under the identity
 contract and tabulate agreement. A contract violation stops the stage, naming the field and both
 values, unless ``--param allow_unverified=true``, which is then written into every row and the
 manifest.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analysis.determinism import (TABLES, agreement_table, generations_table, identity_violations, kernels_table,
+from ..engines.determinism import (TABLES, agreement_table, generations_table, identity_violations, kernels_table,
                                     read_artifacts, summary_table)
 from ..config import Config
 from ..engines.generation import RUNS

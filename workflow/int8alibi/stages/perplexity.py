@@ -1,4 +1,4 @@
-"""Stage 9, perplexity: what the power-of-two scale arms cost (``analysis.perplexity``).
+"""Stage 9, perplexity: what the power-of-two scale arms cost (``engines.perplexity``).
 
 The stage resolves the run's kernel arm, checkpoints and corpus, has every model score the pinned
 windows, and writes the per-window NLLs, the summary (changes vs own, the probe's decomposition,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis.perplexity import (MODELS, SUMMARY_SCHEMA, WINDOWS_SCHEMA, analyse, score_models,
+from ..engines.perplexity import (MODELS, SUMMARY_SCHEMA, WINDOWS_SCHEMA, analyse, score_models,
                                    windows_table)
 from ..config import Config
 from ..engines.checkpoints import checkpoint_dir

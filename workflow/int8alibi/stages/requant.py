@@ -1,4 +1,4 @@
-"""Stage 3, requant: the byte-exact gate, then the power-of-two checkpoints (``quant.requant``).
+"""Stage 3, requant: the byte-exact gate, then the power-of-two checkpoints (``model.requant``).
 
 The reference is the committed checkpoint when the config names one (``model.checkpoint``), else
 the one llm-compressor itself made of the parent in the run (the reference stage; its manifest
@@ -23,7 +23,7 @@ from ..files.atomic import temp_dir
 from ..provenance.manifest import write_manifest
 from ..files.parquet import write_table
 from ..quant.gate import CHECKPOINTS_DIR, GATE_KEY, GATE_SCHEMA, GATE_TABLE
-from ..quant.requant import (Reference, build_arms, committed_reference, division_summary, gate_verdict, open_parent,
+from ..model.requant import (Reference, build_arms, committed_reference, division_summary, gate_verdict, open_parent,
                              pinned_division, tool_reference)
 from ..quant.variants import CHECKPOINT_VARIANTS
 from ..planning.resolve import stage_device

@@ -23,6 +23,7 @@ from ..planning.resolve import stage_arms
 from ..files.hashing import canonical_json, sha256_bytes
 from ..provenance.manifest import write_manifest
 from ..files.parquet import write_table
+from ..engines.own import OwnEngine, SharedParent, load_w8a8
 from ..runtime.runner import log, stage_main
 from ..tokens.check7 import Check7Rule
 from ..tokens.inject import InjectionArm
@@ -63,8 +64,13 @@ def _plan(cfg: Config, gate: Path) -> _Plan:
 def run(cfg: Config, out_dir: Path, gate: Path, parent: Path | None = None) -> None:
     """Replay, inject, score check 7 and the margin predictor; write five tables and the manifest."""
     plan = _plan(cfg, gate)
-    outcomes, cut = replay_regimes(cfg, plan.checkpoints, plan.regimes, plan.arms, plan.corpus, plan.cut_profile,
-                                   plan.size, plan.settings, plan.device)
+    shared = SharedParent(cfg)  # the parent loaded once, copied per regime
+
+    def load(regime: str, label: str) -> OwnEngine:
+        return load_w8a8(cfg, plan.checkpoints[regime], plan.arms[0], plan.device, label=label, shared=shared)
+
+    outcomes, cut = replay_regimes(load, plan.regimes, plan.arms, plan.corpus, plan.cut_profile, plan.size,
+                                   plan.settings, plan.device)
     tables = study_tables(outcomes, plan.spec, plan.boot, (plan.arms[0].name, plan.arms[1].name), plan.regimes)
     check7, pairs = tables["check7"], tables["pairs"]
     scores = {s: int((check7["score"] == s).sum()) for s in (*OUTCOMES, UNOBSERVABLE, NOT_APPLICABLE)}

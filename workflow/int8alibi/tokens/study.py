@@ -13,9 +13,8 @@ against the pinned predictions and evaluate the margin as a predictor of flips.
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,8 +23,6 @@ import pyarrow as pa
 import torch
 
 from ..analysis.scoring import outcome
-from ..config import Config
-from ..engines.own import SharedParent, load_w8a8
 from ..errors import InputError, ProtocolError
 from ..faults.campaign import CampaignSettings
 from ..inputs.corpus import CorpusText, encode, windows
@@ -425,21 +422,19 @@ def influence_table(outcomes: Mapping[tuple[str, str], Outcome]) -> pd.DataFrame
     return pd.DataFrame(rows, columns=INFLUENCE_SCHEMA.names)
 
 
-def replay_regimes(cfg: Config, checkpoints: Mapping[str, Path], regimes: Mapping[str, str], arms: tuple[Any, Any],
+def replay_regimes(load: Callable[[str, str], Any], regimes: Mapping[str, str], arms: tuple[Any, Any],
                    corpus: CorpusText, cut_profile: Mapping[str, Any], size: Sizes, settings: CampaignSettings,
                    device: torch.device) -> tuple[dict[tuple[str, str], Outcome], torch.Tensor]:
     """(comparison, regime) -> its outcome, and the replayed windows: every regime's W8A8 model in turn
-    (the parent loaded once), its windows replayed under the kernel pair and, on the first injection
-    windows, every injection cell."""
+    (``load(regime, label)``: an engine with ``model`` and ``tokenizer``, which the stage builds), its
+    windows replayed under the kernel pair and, on the first injection windows, every injection cell."""
     arm_a, arm_b = arms
     cells_per_regime = sum(len(cells(r)) for r in regimes) // len(regimes)
     outcomes: dict[tuple[str, str], Outcome] = {}
     cut: torch.Tensor | None = None
     bar = Progress(total=len(regimes) * size.windows, desc="tokens replay", unit="window")
-    shared = SharedParent(cfg)  # loaded once, copied per regime
     for regime, name in regimes.items():
-        engine = load_w8a8(cfg, checkpoints[regime], arm_a, device, label=f"{name} on {arm_a.name}/{arm_b.name}",
-                           shared=shared)
+        engine = load(regime, f"{name} on {arm_a.name}/{arm_b.name}")
         if cut is None:
             cut = windows(encode(engine.tokenizer, corpus.text), int(cut_profile["window_tokens"]),
                           int(cut_profile["windows"]), source=f"corpus {corpus.name}")[:size.windows, :size.tokens]

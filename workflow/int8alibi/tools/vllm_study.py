@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..analysis.determinism import AGREEMENT_SCHEMA, SUMMARY_SCHEMA
+from ..engines.determinism import AGREEMENT_SCHEMA, SUMMARY_SCHEMA
 from ..engines.generation import RUNS, artifact_dir, artifact_paths
 from ..engines.identity import read_identity
 from ..engines.vllm_engine import ARM_KERNELS

@@ -26,7 +26,7 @@ from ..engines.own import SharedParent, load_parent_engine, load_w8a8
 from ..errors import ProtocolError
 from ..inputs.corpus import CorpusText, encode, windows
 from ..quant.variants import CHECKPOINT_VARIANTS
-from .bootstrap import Interval, paired_bootstrap, perplexity
+from ..analysis.bootstrap import Interval, paired_bootstrap, perplexity
 
 log = logging.getLogger("int8alibi.perplexity")
 

@@ -33,12 +33,12 @@ from ..model.layers import LayerRef, quantized_linears_stored
 from ..model.sources import PARENT_TABLE, describe_source, load_hf_model, verified_parent
 from ..files.hashing import listing_digest, tree_hashes
 from ..provenance.manifest_format import load_manifest
-from . import weight as wq
-from .compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
-from .division import division_stats
-from .gate import GATE_PASSED, GATE_PASSED_TOOL, GATE_SCHEMA, GATE_SELF_BUILT, REFERENCE_CHECKPOINT_DIR
-from .variants import CHECKPOINT_VARIANTS
-from .weight import QuantizedWeight
+from ..quant import weight as wq
+from ..quant.compressed_tensors import CONFIG, INDEX_FILE, Checkpoint, CheckpointWriter, load_checkpoint
+from ..quant.division import division_stats
+from ..quant.gate import GATE_PASSED, GATE_PASSED_TOOL, GATE_SCHEMA, GATE_SELF_BUILT, REFERENCE_CHECKPOINT_DIR
+from ..quant.variants import CHECKPOINT_VARIANTS
+from ..quant.weight import QuantizedWeight
 
 SHARD_BYTES = 2 << 30
 

@@ -12,7 +12,7 @@ import pytest
 
 from int8alibi.errors import ProtocolError
 from int8alibi.protocol import load
-from int8alibi.analysis.perplexity import MODELS, _gate, analyse
+from int8alibi.engines.perplexity import MODELS, _gate, analyse
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSIS = load(ROOT / "preregistration").analysis
