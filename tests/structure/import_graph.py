@@ -6,7 +6,8 @@ tree, plus the parent packages an import runs (``import a.b.c`` runs ``a`` and `
 importer's own packages, which are already running. The rules:
 
 * ``stage_imports``: nothing imports a stage module (``int8alibi.stages.<name>``), stages included;
-* ``cycles``: no module reaches itself;
+* ``cycles``: no module reaches itself, and no top-level folder (``folder_edges``): a folder is read
+  bottom up, so one whose modules import each other's folder both ways has no place in that order;
 * ``layer_violations``: every module has a layer in ``LAYERS`` and imports none above its own;
 * ``dynamic_imports``: no ``importlib.import_module`` / ``__import__`` / ``find_spec`` of a package
   module (an edge the code digests could not see); computed names only where ``DYNAMIC_IMPORTS``
@@ -197,11 +198,26 @@ def dynamic_imports(modules: Mapping[str, Module], allowed: Mapping[str, str] = 
     return out
 
 
+def folder_edges(edges: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The same graph between the package's top-level folders and modules (``faults``, ``config``): an
+    import between two modules of one folder is no edge."""
+    def top(name: str) -> str:
+        return name.split(".")[1] if name.count(".") else ""
+
+    out: dict[str, set[str]] = {}
+    for importer, imported in edges.items():
+        for name in imported:
+            if top(importer) and top(name) and top(importer) != top(name):
+                out.setdefault(top(importer), set()).add(top(name))
+    return out
+
+
 def violations(root: Path) -> dict[str, list[str]]:
     """Every rule's findings for the package tree at ``root`` (empty lists: it holds)."""
     modules = package_modules(root)
     edges = import_edges(modules)
     return {"stage imports": stage_imports(edges),
             "cycles": [" <-> ".join(group) for group in cycles(edges)],
+            "folder cycles": [" <-> ".join(group) for group in cycles(folder_edges(edges))],
             "layers": layer_violations(edges),
             "dynamic imports": dynamic_imports(modules)}

@@ -14,13 +14,13 @@ import pytest
 
 from int8alibi.files.hashing import PACKAGE_NAME, PACKAGE_ROOT
 
-from .import_graph import (LAYERS, Module, cycles, dynamic_imports, import_edges, layer_of, layer_violations,
+from .import_graph import (LAYERS, Module, cycles, dynamic_imports, folder_edges, import_edges, layer_of, layer_violations,
                            package_modules, stage_imports, violations)
 
 
 def test_the_package_keeps_every_rule() -> None:
     found = violations(PACKAGE_ROOT)
-    assert found == {"stage imports": [], "cycles": [], "layers": [], "dynamic imports": []}
+    assert found == {"stage imports": [], "cycles": [], "folder cycles": [], "layers": [], "dynamic imports": []}
 
 
 def test_every_stage_module_is_a_leaf_and_its_package_runs_nothing() -> None:
@@ -74,6 +74,13 @@ def test_a_cycle_through_a_package_that_an_import_runs_is_named(package: dict[st
     found = cycles(import_edges(modules))
     assert any({f"{PACKAGE_NAME}.protocol", f"{PACKAGE_NAME}.protocol.pins",
                 f"{PACKAGE_NAME}.provenance.manifest"} <= set(group) for group in found)
+
+
+def test_a_cycle_between_folders_is_named(package: dict[str, Module]) -> None:
+    modules = planted(package, "arith/ulp.py", "def _late():\n    from ..faults import catalogue")
+    edges = folder_edges(import_edges(modules))
+    assert cycles(folder_edges(import_edges(package))) == []
+    assert any({"arith", "faults"} <= set(group) for group in cycles(edges))  # with every folder between them
 
 
 def test_cycles_of_a_given_graph() -> None:
