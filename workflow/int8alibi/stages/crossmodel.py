@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import stage_spec
 from ..config import Config
 from ..report.crossmodel import MODELS_KEY, MODELS_SCHEMA, gather, verified_root, wide
 from ..errors import InputError
@@ -38,7 +39,8 @@ def run(cfg: Config, out_dir: Path, runs: str = "") -> None:
     md, _ = document.to_markdown(doc)
     write_bytes(out_dir / "models.md", md.encode())
     write_bytes(out_dir / "models.html", document.to_html(doc).encode())
-    inputs = {f"{f.name}/report/manifest.json": f / "report" / "manifest.json" for f in folders}
+    report_manifest = stage_spec.table("report", stage_spec.MANIFEST)
+    inputs = {f"{f.name}/{report_manifest}": f / report_manifest for f in folders}
     roots = {f.name: verified_root(f, out_dir) for f in folders}  # again: nothing changed while it was built
     write_manifest(out_dir, stage="crossmodel", outputs=[table, out_dir / "models.md", out_dir / "models.html"],
                    inputs=inputs, params={"runs": [str(f) for f in folders]}, extra={"root_digests": roots})
