@@ -9,7 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from int8alibi.errors import InputError
+from int8alibi.faults.campaign import CampaignSettings
+from int8alibi.kernels.registry import get
+from int8alibi.model.synthetic import build_synthetic
+from int8alibi.model.w8a8 import quantize_linears, swap_linears
 from int8alibi.protocol import load
 from int8alibi.tokens import study
 from int8alibi.tokens.check7 import Check7Rule
@@ -116,3 +122,54 @@ def test_influence_table_leaves_each_window_out_of_every_evaluated_comparison() 
     assert table.loc[0, "auc_without"] == pytest.approx(0.5)
     assert table.loc[0, "auc_change"] == pytest.approx(0.5 - 0.875)
     assert table.loc[1, "auc_without"] == 1.0 and table.loc[1, "flip_rate_change"] == pytest.approx(0.0)
+
+
+def _replay_model() -> torch.nn.Module:
+    model = build_synthetic("tiny", seed=0, vocab_size=256)
+    return swap_linears(model, quantize_linears(model), get("exact-cutlass-order", torch.device("cpu")))
+
+
+def test_every_injection_cell_runs_in_a_batch_of_two_and_the_kernel_pair_in_one_of_three(monkeypatch) -> None:
+    """tokens.yaml injection.batches: no forward grows with the catalogue; every main cell is set against
+    the reference copy of its own batch, F6/F7 against the first cell's."""
+
+    cpu = torch.device("cpu")
+    sizes: list[int] = []
+    real = study.replay_window
+
+    def counted(model, ids, copies, arm_for, window, device):
+        sizes.append(copies)
+        return real(model, ids, copies, arm_for, window, device)
+
+    monkeypatch.setattr(study, "replay_window", counted)
+    arms = (get("exact-cutlass-order", cpu), get("exact-triton-order", cpu))
+    replay = study.RegimeReplay(_replay_model(), arms, "own", "own", CampaignSettings.from_protocol(PROTOCOL), cpu)
+    replay.window(0, torch.arange(10, 22), inject=False)
+    assert sizes == [3]
+    replay.window(1, torch.arange(30, 42), inject=True)
+    main = [c for c in study.cells("own") if not c.both_arms]
+    assert sizes[1:] == [3] + [2] * (len(main) + 2)  # the kernel pair, each main cell, F6 and F7
+    for c in study.cells("own"):
+        out = replay.outcomes[c.label]
+        assert out.failure is not None or [int(f["window"].iloc[0]) for f in out.frames] == [1], c.label
+    f8 = replay.outcomes["F8 all"].frames[0]
+    assert not f8["logits_differ"].any() and not f8["changed"].any()  # the null cell equals its batch's reference
+
+
+def test_an_f8_batch_whose_copies_differ_stops_the_replay(monkeypatch) -> None:
+
+    cpu = torch.device("cpu")
+    real = study.replay_window
+
+    def f8_broken(model, ids, copies, arm_for, window, device):
+        logits = real(model, ids, copies, arm_for, window, device).clone()
+        arm = arm_for("model.layers.0.mlp.down_proj", window)
+        if copies == 2 and getattr(arm, "copies", [None])[-1] is not None and arm.copies[-1].fault == "F8":
+            logits[1, 0, 0] += 1
+        return logits
+
+    monkeypatch.setattr(study, "replay_window", f8_broken)
+    arms = (get("exact-cutlass-order", cpu), get("exact-triton-order", cpu))
+    replay = study.RegimeReplay(_replay_model(), arms, "own", "own", CampaignSettings.from_protocol(PROTOCOL), cpu)
+    with pytest.raises(InputError, match=r"window 0 \(own\): the null cell F8 differs from the reference copy in its batch"):
+        replay.window(0, torch.arange(10, 22), inject=True)

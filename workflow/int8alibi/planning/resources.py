@@ -23,9 +23,9 @@ given here in brackets):
 workstation: every GPU job asks for what it holds on the device (the CUDA context plus the host
 estimate above, which counts the model it loads), so the analysis chain (capture, prediction,
 compare, faults) runs beside the forward-pass jobs instead of waiting for the whole device; tokens
-adds its largest batch's logits (one copy of a 2,048-token window per kernel arm, null control and
-injection cell, at ``TOKENS_LOGIT_BYTES`` an element: bf16 logits and a float32 copy, 6.3 measured
-at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHARE``-th of the
+adds its largest batch's logits (the kernel pair's three copies of a 2,048-token window: arm A, arm B,
+arm A again; each injection cell runs in a batch of two, at ``TOKENS_LOGIT_BYTES`` an element: bf16
+logits and a float32 copy, 6.3 measured at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHARE``-th of the
 device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
 device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
@@ -41,7 +41,7 @@ chunk without changing a byte is chunked by it: the fault campaign's batches of 
 ``MEMORY_SHARE``-th of the budget (the campaign's tables are the same at any batch size). The forward
 passes (capture, generate, prefill_decode, perplexity, tokens, batch) cannot: a bf16 GEMM's result
 can depend on its M (batch x tokens), so their batch is the shape the protocol fixes, tokens' largest
-being ``tokens_batch_copies`` copies of a replay window whose logits are computed at once. A job
+being ``TOKENS_BATCH_COPIES`` copies of a replay window whose logits are computed at once. A job
 whose estimate exceeds the budget is therefore refused when the run is planned, naming the stage,
 its figure and what would fit (a size profile, more free device memory, the CPU); the analysis jobs
 (prediction, compare, ksweep) work layer by layer and ask for at most the budget. The refusal
@@ -78,9 +78,7 @@ FALLBACK_MEM_MB, FALLBACK_RUNTIME = 16000, 120  # when the parent's size cannot 
 CUDA_CONTEXT_BYTES = 1 << 30
 WHOLE_DEVICE_MB = 1 << 30  # more than any device: Snakemake caps it at the profile's gpu_mem_mb
 TOKENS_LOGIT_BYTES = 7
-TOKENS_CONTROL_COPIES = 4  # arm A, arm B, arm A again, the injection's fault-free reference
-BOTH_ARMS_CELLS = 2  # F6 and F7 run in batches of their own (tokens.inject.BOTH_ARMS)
-CAMPAIGN_REGIMES = 2  # a campaign cell per regime (faults.pipeline.REGIMES): cells_per_layer counts both
+TOKENS_BATCH_COPIES = 3  # tokens' largest forward: arm A, arm B, arm A again (an injection cell's has two)
 _RULES = stage_spec.rule_stages()
 # the rules with a memory model, each to its stage (faults_shard: its share of the campaign)
 RULE_STAGE = {rule: s.name for rule, s in _RULES.items() if s.memory_model}
@@ -149,12 +147,6 @@ def rule_priority(rule: str) -> int:
     return _RULES[rule].priority if rule in _RULES else 0
 
 
-def tokens_batch_copies(load: Workload) -> int:
-    """Copies of a window in tokens' largest batch: the controls and every injection cell of one
-    regime that runs with them (the campaign's cells of a regime, less the two both-arms faults)."""
-    return TOKENS_CONTROL_COPIES + load.cells_per_layer // CAMPAIGN_REGIMES - BOTH_ARMS_CELLS
-
-
 def device_bytes(rule: str, size: ModelSize, load: Workload, device: str, device_mb: int | None = None) -> int | None:
     """Device bytes one job of ``rule`` is estimated to hold on a CUDA run, the CUDA context included
     (see the module doc); None on the CPU; -1 for the campaign where the device's size is unknown
@@ -163,7 +155,7 @@ def device_bytes(rule: str, size: ModelSize, load: Workload, device: str, device
         return None
     held, model = held_bytes(rule, size, load), _RULES[rule].memory_model
     if model == "replay_forward":
-        held += tokens_batch_copies(load) * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
+        held += TOKENS_BATCH_COPIES * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
     elif model == "campaign":
         if device_mb is None:
             return -1

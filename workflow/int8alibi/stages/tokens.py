@@ -104,8 +104,8 @@ def _manifest(cfg: Config, out_dir: Path, plan: _Plan, outputs: dict[str, Path],
         extra={"corpus": {"name": corpus.name, "sha256": corpus.sha256, "pin": corpus.pin},
                "windows_sha256": sha256_bytes(canonical_json(cut.tolist()).encode()),
                "arm_selection": plan.selection, "check7_scores": scores,
-               "controls": "every batch: arm A twice (bit-identical, else the stage fails); injection batches: "
-                           "F8 bit-identical to the reference copy, else the stage fails"},
+               "controls": "every kernel-pair batch: arm A twice (bit-identical, else the stage fails); F8's "
+                           "injection batch: bit-identical to its reference copy, else the stage fails"},
         device=plan.device,
     )
 

@@ -1,11 +1,12 @@
 """The token-level study of check 7: top-1 flips between arms, the margin as their predictor, and
 check 7 under end-to-end fault injection (preregistration/tokens.yaml), with the five tables it writes.
 
-For each regime (checkpoint), every replay window runs once as a batch of copies: the selected
-kernel pair (arm A, arm B, and arm A again as the batch's null control) and, on the first
-injection windows, the injection's reference pipeline and one copy per fault cell (F8 is the
-second null control). F6 and F7 change both arms and can make the model fail closed, so each runs
-in a batch of its own (two copies: arm A and arm B with the fault). Per position the replay
+For each regime (checkpoint), every replay window runs once as a batch of three copies: the
+selected kernel pair (arm A, arm B, and arm A again as the batch's null control). On the first
+injection windows every fault cell then runs in a batch of two copies of its own: the injection's
+reference pipeline and the cell (F8's batch is their null control); F6 and F7 change both arms, so
+their two copies both carry the fault. No batch grows with the catalogue, so the stage's device
+memory is that of three copies of a window at any model size. Per position the replay
 records both arms' top-1 tokens and the reference margin; the tables score check 7 per comparison
 against the pinned predictions and evaluate the margin as a predictor of flips.
 """
@@ -188,44 +189,46 @@ class RegimeReplay:
             self.outcomes[c.label] = Outcome(c.label, regime, [])
 
     def window(self, w: int, ids: torch.Tensor, inject: bool) -> None:
-        """Replay window ``w``; with ``inject``, also every injection cell."""
+        """Replay window ``w`` under the kernel pair; with ``inject``, also every injection cell, each in a
+        batch of two copies of its own (tokens.yaml injection.batches: the largest batch is the kernel
+        pair's three copies, whatever the catalogue holds)."""
         arm_a, arm_b = self.arms
-        copies = [None, *self.main] if inject else []
-        rows = ids.numel()
-
-        def arm_for(layer: str, window: int) -> RowBlockArm:
-            blocks: list[tuple[Any, int]] = [(arm_a, 1), (arm_b, 1), (arm_a, 1)]
-            if copies:
-                blocks.append((InjectionArm(copies, rows, layer, window, self.settings, self.device), len(copies)))
-            return RowBlockArm(blocks, rows, layer)
-
-        logits = replay_window(self.model, ids, 3 + len(copies), arm_for, w, self.device)
+        logits = replay_window(self.model, ids, 3, lambda layer, window: RowBlockArm(
+            [(arm_a, 1), (arm_b, 1), (arm_a, 1)], ids.numel(), layer), w, self.device)
         if not copies_identical(logits, 0, 2):
             raise InputError(f"window {w} ({self.regime}): arm A's two copies in one batch gave different logits, so "
                              "a copy's result depends on its place in the batch; the replay cannot compare arms")
         kernels = compare(logits[0], logits[1])
         self._add(KERNELS, w, ids, kernels, kernels.differ)
-        if not copies:
+        if not inject:
             return
-        ref = logits[3]
-        for i, cell in enumerate(self.main, start=4):
-            if cell.fault == "F8" and not copies_identical(logits, 3, i):
-                raise InputError(f"window {w} ({self.regime}): the null cell F8 differs from the reference copy in the "
-                                 "same batch; the injection batch is not a valid comparison")
-            p = compare(ref, logits[i])
+        del logits
+        ref: torch.Tensor | None = None
+        for cell in self.main:
+            pair = self._injected(w, ids, [None, cell])
+            if cell.fault == "F8" and not copies_identical(pair, 0, 1):
+                raise InputError(f"window {w} ({self.regime}): the null cell F8 differs from the reference copy in its "
+                                 "batch; the injection batches are not a valid comparison")
+            p = compare(pair[0], pair[1])
             self._add(cell.label, w, ids, p, p.differ)
+            ref = pair[0] if ref is None else ref  # the first batch's reference: what F6/F7's arm B is set against
+        assert ref is not None, "the catalogue has cells that change only arm B"
         for cell in self.both:
             self._both_arms(cell, w, ids, ref)
+
+    def _injected(self, w: int, ids: torch.Tensor, copies: Sequence[Cell | None]) -> torch.Tensor:
+        """bf16 logits of one injection batch: one copy per entry of ``copies`` (None: the reference)."""
+        rows = ids.numel()
+        return replay_window(self.model, ids, len(copies), lambda layer, window: InjectionArm(
+            copies, rows, layer, window, self.settings, self.device), w, self.device)
 
     def _both_arms(self, cell: Cell, w: int, ids: torch.Tensor, ref: torch.Tensor) -> None:
         """F6/F7: arm A and arm B both carry the fault; a forward that fails closed is recorded, not raised."""
         out = self.outcomes[cell.label]
         if out.failure is not None:
             return
-        rows = ids.numel()
         try:
-            logits = replay_window(self.model, ids, 2, lambda layer, window: InjectionArm(
-                [cell, cell], rows, layer, window, self.settings, self.device), w, self.device)
+            logits = self._injected(w, ids, [cell, cell])
         except InputError as exc:
             out.failure = f"window {w}: the faulted model failed closed: {exc}"
             out.frames.clear()
