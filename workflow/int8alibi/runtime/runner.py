@@ -24,7 +24,8 @@ from ..provenance.chain import verify_input
 from ..provenance.manifest import RUN_CONFIG, bind_protocol
 from ..files.transaction import stage_transaction
 from ..planning.stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
-from .device_memory import log_peak_device_memory
+from .. import stage_spec
+from .device_memory import cap_to_budget, log_peak_device_memory
 
 log = logging.getLogger("int8alibi")
 
@@ -114,6 +115,15 @@ def guarded(stage: str, out: Path, inputs: list[Path], body: Callable[[], None])
     return 0
 
 
+def _device_budget(stage: str, cfg: Config) -> int | None:
+    """The device-memory budget a GPU stage of a CUDA run holds its process to (bytes), else None: read by
+    the runner from the whole run config, not by the stage (the budget changes no byte)."""
+    spec = stage_spec.BY_NAME.get(stage)
+    if spec is None or not spec.gpu or cfg.get("resolved") is None or cfg.resolved_device != "cuda":
+        return None
+    return cfg.gpu_budget_bytes
+
+
 def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     """Parse ``--config``, ``--set k=v`` (repeatable), ``--out`` and ``--input name=path``; run the stage.
 
@@ -165,6 +175,7 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         portable.configure_torch(pinned=pinned)
         portable.check_process(pinned=pinned)
         cfg: Config = load_config(args.config, args.set)
+        budget = _device_budget(stage, cfg)
         if scope is not None:  # the stage reads only the keys its rule digests
             cfg = cfg.scoped(scope)
         for path in inputs.values():  # another stage's files are read only as its manifest records them
@@ -180,6 +191,7 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
             # a line every ten seconds on the console (Snakemake shows it) and in the log, which holds plain
             # lines; the protocol is bound as found now: an amendment made while the stage runs refuses its manifest
             with heartbeat(stage), plain_stderr(), bind_protocol(Path.cwd()):
+                cap_to_budget(budget, log)
                 run(cfg, args.out, **inputs, **params)
             if scope is not None:
                 log_reads(scope)
