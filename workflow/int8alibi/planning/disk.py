@@ -96,7 +96,7 @@ def size_text(n: int) -> str:
     """Bytes as GB (10^9) with one decimal, or MB / bytes below that, so a shortfall is never 0.0."""
     if n >= GB:
         return f"{n / GB:.1f} GB"
-    return f"{n / 10**6:.1f} MB" if n >= 10**6 else f"{n} bytes"
+    return f"{n / 10**6:.1f} MB" if n >= 10**6 else f"{n} byte{'' if n == 1 else 's'}"
 
 
 def check(need: Mapping[str, int], free: int, results: Path) -> None:
