@@ -14,6 +14,7 @@ from pathlib import Path
 from ..config import load_config, results_location
 from ..errors import InputError
 from ..planning.disk import TABLES_BYTES, DiskPlan, check, item, plan_disk, size_text
+from ..protocol import load
 
 
 def table(plans: list[tuple[str, str, DiskPlan]]) -> list[str]:
@@ -50,8 +51,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides, as Snakemake's --config (e.g. size_profile=study)")
     args = parser.parse_args(argv)
-    from ..protocol import load
-
     protocol = load()
     plans = []
     for path in args.configfile:
