@@ -50,6 +50,12 @@ def _hardware() -> Entry:
     return main
 
 
+def _disk() -> Entry:
+    from .tools.disk import main
+
+    return main
+
+
 def _bench() -> Entry:
     from .tools.bench import main
 
@@ -63,6 +69,7 @@ COMMANDS: dict[str, tuple[Callable[[], Entry], str]] = {
     "amend": (_amend, "append a protocol amendment (the only way to change it)"),
     "conform": (_conform, "run the conformance checks on two kernel arms: tolerance and bitwise readings (--json)"),
     "hardware": (_hardware, "this machine's cores and CUDA devices, and the GPU plan settings they give"),
+    "disk": (_disk, "what a config's run writes under its results folder, per stage, against the free space there"),
     "bench": (_bench, "benchmarks (bench kernels | faults | dag RESULTS | plan | decode)"),
 }
 UNAVAILABLE = 2

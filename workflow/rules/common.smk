@@ -152,6 +152,16 @@ try:
     RESOURCES = plan_resources(RUN, GATE.protocol, _DEVICE_LIMIT)
 except Int8AlibiError as exc:
     _stop(exc)
+# What the run's unfinished stages write under the results folder against the free space there
+# (int8alibi.planning.disk): a run that cannot fit stops here, before any job, a dry run too (it is the
+# plan that answers "will it fit?"); not a cluster job's re-parse, nor --delete-*-output, which frees space.
+if workflow.is_main_process and not {"--delete-all-output", "--delete-temp-output"} & set(sys.argv):
+    from int8alibi.planning.disk import check_disk
+
+    try:
+        check_disk(RUN, GATE.protocol, RESULTS)
+    except Int8AlibiError as exc:
+        _stop(exc)
 
 
 def rule_priority(rule):
