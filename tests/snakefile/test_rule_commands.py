@@ -31,6 +31,7 @@ def fill(command: str, **values: str) -> str:
                                                            run_config=values.get("run_config", "run.yaml")),
                             input=SimpleNamespace(gate=values.get("gate", "gate.parquet")),
                             wildcards=SimpleNamespace(arm=values.get("arm", "arm")),
+                            resources=SimpleNamespace(gpu_mem_mb=values.get("gpu_mem_mb", "0")),
                             log=values.get("log", "x.log"))
 
 
@@ -55,10 +56,10 @@ def test_placeholders_in_a_path_are_filled_and_quoted_by_snakemake(value: str) -
 def test_a_stage_command_parses_back_to_the_arguments_it_names(value: str) -> None:
     command = stage_cmd("capture", f"{value}/capture", "--input gate={input.gate}") + " 2> {log:q}"
     filled = fill(command, python=value, run_config=f"{value}/.run/c.yaml", gate=f"{value}/gate.parquet",
-                  log=f"{value}.log")
+                  log=f"{value}.log", gpu_mem_mb="12288")
     assert shlex.split(filled) == [value, "-m", "int8alibi.stages.capture", "--config", f"{value}/.run/c.yaml",
-                                   "--out", f"{value}/capture", "--input", f"gate={value}/gate.parquet", "2>",
-                                   f"{value}.log"]
+                                   "--out", f"{value}/capture", "--gpu-mem-mb", "12288", "--input",
+                                   f"gate={value}/gate.parquet", "2>", f"{value}.log"]
 
 
 def test_the_shell_runs_nothing_inside_a_value(tmp_path) -> None:
@@ -73,5 +74,6 @@ def test_the_shell_runs_nothing_inside_a_value(tmp_path) -> None:
 def test_no_extra_and_another_interpreter() -> None:
     assert stage_cmd("protocol", "results/protocol") == \
         "{params.python:q} -m int8alibi.stages.protocol --config {params.run_config:q} --out results/protocol"
+    assert stage_cmd("requant", "r").endswith(" --out r --gpu-mem-mb {resources.gpu_mem_mb:q}")  # a GPU stage
     assert stage_cmd("reference", "r", python=".venv-llmcompressor/bin/python").startswith(
         ".venv-llmcompressor/bin/python -m int8alibi.stages.reference ")

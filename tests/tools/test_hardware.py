@@ -32,3 +32,15 @@ def test_a_config_that_cannot_fit_is_refused_naming_the_stage(monkeypatch: pytes
     assert cli.main(["hardware", "--configfile", str(PROJECT / "config" / "synthetic-qwen3-8b.yaml"),
                      "--gpu-budget-mb", "24000"]) == 1
     assert "stage tokens needs about" in capsys.readouterr().err
+
+
+def test_four_devices_print_their_names_the_least_free_budget_and_four_budgets_of_limit(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    card = A100["devices"][0]
+    four = {"cores": 64, "devices": [card, {**card, "free_mb": 79000}, card, card]}
+    monkeypatch.setenv(ENV, json.dumps(four))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cli.main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert "gpus: auto = 0, 1, 2, 3" in out and "gpu_budget_mb: auto = 79000 MiB (the least free memory of those 4" in out
+    assert "--resources gpu_mem_mb=316000" in out

@@ -142,12 +142,23 @@ CODE = CodeDigests(_CACHE / CODE_CACHE)
 # Host memory (mem_mb) and wall time (runtime) of each heavy rule, from the parent's size and the
 # size profile (int8alibi.planning.resources); the SLURM profile sends them as --mem and --time.
 # The device's size is the run's gpu_mem_mb limit: the one given (--resources gpu_mem_mb=N), else a
-# CUDA run's device-memory budget (gpu_budget_mb, resolved when the run is planned), which then
-# becomes the limit Snakemake schedules GPU jobs against (int8alibi.planning.resources.device_limit).
+# CUDA run's device-memory budget (gpu_budget_mb, resolved when the run is planned) times the number of
+# devices its GPU jobs spread over (gpus, resolved with it), the limit Snakemake schedules GPU jobs
+# against (int8alibi.planning.resources.device_limit); each job asks for at most the budget and is
+# pinned to one device with that much left when it starts (int8alibi.runtime.gpu_slots).
 # A GPU job that cannot fit the budget stops the plan here, naming its stage.
+# Snakemake's `gpu` resource (one per GPU job on a CUDA run) is left without a limit: on a one-GPU
+# workstation several jobs share the card by gpu_mem_mb, which a limit of gpu=1 would serialize; the
+# SLURM profile sends it as --gpus=1, and SLURM's CUDA_VISIBLE_DEVICES is kept by the job.
 _DEVICE_LIMIT = device_limit(workflow.global_resources.get("gpu_mem_mb").value, RUN)
 if _DEVICE_LIMIT is not None:
     workflow.register_resource("gpu_mem_mb", _DEVICE_LIMIT)
+_GPUS = RUN["resolved"].get("gpus") or {}
+if len(_GPUS.get("devices") or []) > 1:
+    sys.stderr.write(
+        f"int8alibi: GPU jobs spread over devices {','.join(_GPUS['devices'])} ({_GPUS['reason']}), each pinned to "
+        f"one; gpu_mem_mb limit {_DEVICE_LIMIT} MiB\n"
+    )
 try:
     RESOURCES = plan_resources(RUN, GATE.protocol, _DEVICE_LIMIT)
 except Int8AlibiError as exc:

@@ -16,6 +16,7 @@ nothing is substituted.
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -127,37 +128,107 @@ def resolve(config: Mapping[str, Any]) -> dict[str, Any]:
             "host": here, "unavailable": unavailable}
 
 
-def resolve_budget(spec: Any, device: str, hardware: Hardware | None = None) -> dict[str, Any]:
-    """The ``gpu_budget`` entry of the resolved block: the device memory (MiB) each GPU job works within.
+VISIBLE = "CUDA_VISIBLE_DEVICES"
 
-    ``auto`` on a CUDA run is the free memory of CUDA device 0 of the planning host
-    (``hardware.detect``); on a CPU run device memory is not applicable (no budget), unless the config
-    names one: then the stages bound the same chunked structures in host memory, which is how the
-    budgeted code path runs (and is tested) without a GPU. A CUDA run planned where no GPU is visible
-    (a cluster's login node) has no budget unless the config names one.
+
+def visible_names(count: int, env: Mapping[str, str] | None = None) -> list[str]:
+    """The names under which a job would see this process's ``count`` CUDA devices in
+    ``CUDA_VISIBLE_DEVICES``: the planning process's own entries when it has that variable (they name
+    the devices of the machine, not of this process), else ``0`` .. ``count-1``."""
+    env = os.environ if env is None else env
+    given = env.get(VISIBLE)
+    if given is None:
+        return [str(i) for i in range(count)]
+    return [name.strip() for name in given.split(",") if name.strip()][:count]
+
+
+def resolve_gpus(spec: Any, device: str, hardware: Hardware | None = None,
+                 env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The ``gpus`` entry of the resolved block: the devices a CUDA run's GPU jobs are pinned to, one
+    each (``runtime.gpu_slots``), named as ``CUDA_VISIBLE_DEVICES`` names them.
+
+    ``auto`` is every CUDA device the planning host shows (``hardware.detect``) of the same model as
+    the first: a GPU's bytes are its own, and the determinism stage compares runs that must differ
+    only by what the protocol varies, so cards of another model are left out (the reason names them).
+    A list is taken as given (whether each device exists is for the job's CUDA to say). A CPU run has
+    none; a CUDA run planned where no GPU is visible (a cluster's login node) has none: its scheduler
+    assigns them.
+    """
+    if device != "cuda":
+        return {"spec": spec, "devices": [], "reason": "not applicable: device cpu"}
+    if spec != "auto":
+        named = [str(d) for d in spec]
+        if len(set(named)) != len(named):
+            raise InputError(f"gpus: {list(spec)} names a device twice")
+        return {"spec": list(spec), "devices": named, "reason": f"explicit: the config says gpus: {named}"}
+    env = os.environ if env is None else env
+    machine = detect(env) if hardware is None else hardware
+    if not machine.devices:
+        return {"spec": spec, "devices": [],
+                "reason": f"auto: no CUDA device visible on host {host()} where the run was planned ({machine.source}): "
+                          "the scheduler assigns each job its device (CUDA_VISIBLE_DEVICES)"}
+    names = visible_names(len(machine.devices), env)
+    if len(names) != len(machine.devices):
+        raise InputError(f"gpus: auto: {VISIBLE}={env.get(VISIBLE)!r} names {len(names)} devices, but "
+                         f"{len(machine.devices)} are visible on host {host()} ({machine.source}); name gpus in the config")
+    model = machine.devices[0].name
+    chosen = [name for name, d in zip(names, machine.devices) if d.name == model]
+    other = [f"{name} ({d.name})" for name, d in zip(names, machine.devices) if d.name != model]
+    where = f"named as {VISIBLE} names them here" if VISIBLE in env else f"{VISIBLE} not set here"
+    left_out = f"; left out, another model than {model}: {', '.join(other)}" if other else ""
+    return {"spec": spec, "devices": chosen,
+            "reason": f"auto: the {len(chosen)} {model} device(s) visible on host {host()} when the run was planned "
+                      f"({machine.source}; {where}){left_out}"}
+
+
+def resolve_budget(spec: Any, device: str, hardware: Hardware | None = None, gpus: Sequence[str] | None = None,
+                   env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The ``gpu_budget`` entry of the resolved block: the device memory (MiB) each GPU job works within,
+    on the one device it is pinned to.
+
+    ``auto`` on a CUDA run is the smallest free memory among the run's devices ``gpus`` (as
+    ``resolve_gpus`` names them; None: CUDA device 0) on the planning host (``hardware.detect``), so a
+    job fits whichever device it gets; on a CPU run device memory is not applicable (no budget),
+    unless the config names one: then the stages bound the same chunked structures in host memory,
+    which is how the budgeted code path runs (and is tested) without a GPU. A CUDA run planned where
+    no GPU is visible (a cluster's login node) has no budget unless the config names one.
     """
     if spec != "auto":
         where = "" if device == "cuda" else " (device cpu: it bounds the same chunked structures in host memory)"
         return {"spec": spec, "mb": int(spec), "reason": f"explicit: the config says gpu_budget_mb: {spec}{where}"}
     if device != "cuda":
         return {"spec": spec, "mb": None, "reason": "not applicable: device cpu (the budget bounds CUDA device memory)"}
-    machine = detect() if hardware is None else hardware
+    env = os.environ if env is None else env
+    machine = detect(env) if hardware is None else hardware
     if not machine.devices:
         return {"spec": spec, "mb": None,
                 "reason": f"auto: no CUDA device visible on host {host()} where the run was planned ({machine.source}), so "
                           "no budget: each GPU job asks for what it holds; name gpu_budget_mb to set one"}
-    first = machine.devices[0]
-    return {"spec": spec, "mb": first.free_mb,
-            "reason": f"auto: the free memory of CUDA device 0 ({first.name}, {first.total_mb} MiB) on host "
-                      f"{host()} when the run was planned ({machine.source})"}
+    names = visible_names(len(machine.devices), env)
+    wanted = list(gpus) if gpus else names[:1]
+    unseen = [name for name in wanted if name not in names]
+    if unseen:
+        raise InputError(f"gpu_budget_mb: auto: device(s) {unseen} of gpus are not visible on host {host()} where the run "
+                         f"is planned (visible: {names}, {machine.source}); name gpu_budget_mb, or gpus among those")
+    seen = [(name, machine.devices[names.index(name)]) for name in wanted]
+    name, least = min(seen, key=lambda pair: pair[1].free_mb)
+    if len(seen) == 1:
+        what = f"the free memory of CUDA device {name} ({least.name}, {least.total_mb} MiB)"
+    else:
+        what = (f"the smallest free memory among the run's {len(seen)} CUDA devices {wanted}: device {name}'s "
+                f"({least.name}, {least.total_mb} MiB), so a job fits whichever it is pinned to")
+    return {"spec": spec, "mb": least.free_mb,
+            "reason": f"auto: {what} on host {host()} when the run was planned ({machine.source})"}
 
 
 def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run config: ``config`` plus its ``resolved`` block.
 
     The block of ``previous`` (the run config an earlier plan wrote) is reused when it was made for
-    the same device and arms values; otherwise the run is resolved here. Its device-memory budget
-    (``resolve_budget``) is reused when made for the same ``gpu_budget_mb`` value, else decided here.
+    the same device and arms values; otherwise the run is resolved here. Its devices (``resolve_gpus``)
+    are reused when made for the same ``gpus`` value, and its device-memory budget (``resolve_budget``)
+    when made for the same ``gpu_budget_mb`` value and devices, else decided here. A run config
+    written before budgets or devices were resolved is kept as written when it is ``previous`` itself.
     """
     if RESOLVED in config:
         raise InputError("the config has a 'resolved' block: that block is written by the pipeline into "
@@ -170,11 +241,15 @@ def plan(config: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -
             block.update(engine=engine, reason={**block["reason"], "engine": why})
     else:
         block = resolve(config)
-    spec = config.get("gpu_budget_mb", "auto")
     own = previous is not None and {k: v for k, v in previous.items() if k != RESOLVED} == dict(config)
-    written_before_budgets = "gpu_budget" not in block and own  # its own run config: kept as written, no budget
-    if not written_before_budgets and (block.get("gpu_budget") or {}).get("spec") != spec:
-        block = {**block, "gpu_budget": resolve_budget(spec, block["device"])}
+    if own and ("gpu_budget" not in block or "gpus" not in block):  # its own run config: kept as written
+        return {**config, RESOLVED: block}
+    spec, gpus_spec = config.get("gpu_budget_mb", "auto"), config.get("gpus", "auto")
+    new_gpus = (block.get("gpus") or {}).get("spec") != gpus_spec
+    if new_gpus:
+        block = {**block, "gpus": resolve_gpus(gpus_spec, block["device"])}
+    if new_gpus or (block.get("gpu_budget") or {}).get("spec") != spec:  # auto follows the devices
+        block = {**block, "gpu_budget": resolve_budget(spec, block["device"], gpus=block["gpus"]["devices"])}
     return {**config, RESOLVED: block}
 
 

@@ -36,7 +36,9 @@ device or the cores and leave a chain to run last, alone. The analysis chain tak
 capture finishes.
 
 The run's device-memory budget (``gpu_budget_mb``, resolved once when the run is planned:
-``planning.resolve.resolve_budget``) caps every GPU job's request (``fit_budget``). What a stage can
+``planning.resolve.resolve_budget``) caps every GPU job's request (``fit_budget``), so a job fits
+any one of the run's devices (``gpus``: ``runtime.gpu_slots`` pins it to one); Snakemake's limit is
+the budget times the number of devices (``device_limit``). What a stage can
 chunk without changing a byte is chunked by it: the fault campaign's batches of layers take
 ``MEMORY_SHARE``-th of the budget (the campaign's tables are the same at any batch size). The forward
 passes (capture, generate, prefill_decode, perplexity, tokens, batch) cannot: a bf16 GEMM's result
@@ -169,13 +171,23 @@ def budget_mb(run_config: Mapping[str, Any]) -> int | None:
     return None if mb is None else int(mb)
 
 
+def device_count(run_config: Mapping[str, Any]) -> int:
+    """How many devices the run's GPU jobs spread over (the ``resolved`` block's ``gpus``), at least
+    one: a run with none resolved (planned before devices were, or where the scheduler assigns them)
+    counts as one device."""
+    devices = ((run_config.get("resolved") or {}).get("gpus") or {}).get("devices") or []
+    return max(1, len(devices))
+
+
 def device_limit(given: Any, run_config: Mapping[str, Any]) -> int | None:
     """Snakemake's ``gpu_mem_mb`` limit for the run: the one given (``--resources gpu_mem_mb=N``),
-    else a CUDA run's budget, else None (no limit: every GPU job runs alone)."""
+    else a CUDA run's budget times its number of devices (each job fits one device: it asks for at
+    most the budget), else None (no limit: every GPU job runs alone)."""
     if isinstance(given, int):
         return given
     device = (run_config.get("resolved") or {}).get("device", run_config.get("device"))
-    return budget_mb(run_config) if device == "cuda" else None
+    budget = budget_mb(run_config) if device == "cuda" else None
+    return None if budget is None else budget * device_count(run_config)
 
 
 def _over(plan: Mapping[str, Resources], budget: int) -> dict[str, int]:

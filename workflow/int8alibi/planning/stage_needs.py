@@ -24,6 +24,8 @@ UNDIGESTED_KEYS: dict[str, str] = {
     "user_arm_time_limit_s": "a time limit on a user arm's call: the call gives the same bytes or stops the stage",
     "gpu_budget_mb": "how much device memory a stage holds at once: chunks of a shape the protocol fixes, the same "
                      "bytes under any budget (tests/stages/test_budget.py)",
+    "gpus": "which of the run's devices a GPU job is pinned to: they are cards of one model (planning.resolve."
+            "resolve_gpus), each job its own process computing the same thing, its device recorded in its manifest",
     "results": "where the stage folders lie: another value is another set of output paths",
     "results_root": "where the stage folders lie: another value is another set of output paths",
 }

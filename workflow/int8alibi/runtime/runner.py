@@ -26,6 +26,7 @@ from ..files.transaction import stage_transaction
 from ..planning.stage_needs import READS_LINE, STAGES, UNDIGESTED_KEYS, StageNeeds
 from .. import stage_spec
 from .device_memory import cap_to_budget, log_peak_device_memory
+from .gpu_slots import Slot, place
 
 log = logging.getLogger("int8alibi")
 
@@ -135,7 +136,9 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
     left in ``--out`` are removed or reported (``files.atomic.sweep_stale``). The protocol's files
     are bound when the stage starts (``provenance.manifest.bind_protocol``): a manifest written after
     they changed is refused, so results are never recorded under a protocol they were not computed
-    under. Every stage computes under the portable CPU settings
+    under. A GPU job of a CUDA run is pinned to one of the run's devices before CUDA starts
+    (``runtime.gpu_slots``: ``--gpu-mem-mb`` is what it asked Snakemake for), holding its claim until
+    it ends. Every stage computes under the portable CPU settings
     (``int8alibi.portable``): started without them, it re-executes itself with them; if they still do
     not hold, it stops before computing anything.
     """
@@ -163,6 +166,10 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
                              "(repeatable)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a named parameter of the stage (repeatable)")
+    parser.add_argument("--gpu-mem-mb", type=int, default=None, metavar="MIB",
+                        help="the device memory this job asked Snakemake for (a GPU stage's rule gives it): on a "
+                             "CUDA run with several devices the job claims one with that much left "
+                             "(int8alibi.runtime.gpu_slots)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -176,10 +183,12 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
         portable.check_process(pinned=pinned)
         cfg: Config = load_config(args.config, args.set)
         budget = _device_budget(stage, cfg)
-        if scope is not None:  # the stage reads only the keys its rule digests
-            cfg = cfg.scoped(scope)
         for path in inputs.values():  # another stage's files are read only as its manifest records them
             verify_input(path, own_dir=args.out)
+        # before anything initialises CUDA: CUDA_VISIBLE_DEVICES counts only then
+        slot: Slot | None = place(cfg.data, args.config, args.gpu_mem_mb, stage=stage)
+        if scope is not None:  # the stage reads only the keys its rule digests
+            cfg = cfg.scoped(scope)
     except Int8AlibiError as exc:
         print(printable(f"int8alibi: stage {stage} failed: {exc}"), file=sys.stderr)
         return 1
@@ -199,4 +208,8 @@ def stage_main(run: Callable[..., None], argv: list[str] | None = None) -> int:
             RUN_CONFIG.reset(token)
             log_peak_device_memory(log)  # the log, not an output: it differs from run to run
 
-    return guarded(stage, args.out, list(inputs.values()), body)
+    try:
+        return guarded(stage, args.out, list(inputs.values()), body)
+    finally:
+        if slot is not None:
+            slot.release()

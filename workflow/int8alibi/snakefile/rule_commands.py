@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from .. import stage_spec
+
 # Snakemake placeholders a command may hold; each is given the `:q` (shell-quote) format.
 _PLACEHOLDER = re.compile(r"\{((?:input|output|params|wildcards|log|resources)(?:\.\w+)?)\}")
 
@@ -37,8 +39,11 @@ def stage_cmd(stage: str, out: str, extra: str = "", python: str = "{params.pyth
 
     Every value is shell-quoted: ``out`` by ``qpath``, the placeholders of ``extra`` by ``q`` (any other
     value goes into ``extra`` through ``qpath``, e.g. ``f"--input results={qpath(RESULTS)}"``, or as a
-    param), and the run config as ``{params.run_config:q}`` (the rule's ``stage_params``). Append the
-    log as ``" 2> {log:q}"``.
+    param), and the run config as ``{params.run_config:q}`` (the rule's ``stage_params``). A GPU stage's
+    command also gives the device memory its job asked for, ``--gpu-mem-mb {resources.gpu_mem_mb:q}``:
+    the job claims a device with that much left (``runtime.gpu_slots``). Append the log as
+    ``" 2> {log:q}"``.
     """
-    return (f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)} "
+    gpu = " --gpu-mem-mb {resources.gpu_mem_mb:q}" if stage_spec.stage(stage).gpu else ""
+    return (f"{python} -m int8alibi.stages.{stage} --config {{params.run_config:q}} --out {qpath(out)}{gpu} "
             f"{q(extra)}").rstrip()

@@ -1,8 +1,9 @@
 """``int8alibi hardware``: this machine's cores and CUDA devices, and the settings a GPU plan here takes.
 
-``profiles/gpu`` takes the cores from the machine (``cores: all``) and the device memory from the
-run's budget (``gpu_budget_mb``, default the free memory of CUDA device 0 when the run is planned);
-this command shows what those come to here, the lines to pin them by hand, and, with
+``profiles/gpu`` takes the cores from the machine (``cores: all``), the devices its GPU jobs spread
+over (``gpus``, default every visible one of device 0's model) and the device memory from the run's
+budget (``gpu_budget_mb``, default the least free memory among those devices when the run is
+planned); this command shows what those come to here, the lines to pin them by hand, and, with
 ``--configfile``, each GPU job's device-memory request for that config under the budget, or the
 plan's refusal naming the stage that cannot fit. ``INT8ALIBI_HARDWARE`` (``int8alibi.hardware``)
 describes another machine instead.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..config import RESOLVED, load_config
 from ..hardware import Hardware, detect
-from ..planning.resolve import resolve_budget
+from ..planning.resolve import resolve_budget, resolve_gpus
 from ..planning.resources import GPU_RULES, plan_resources
 
 
@@ -29,10 +30,14 @@ def report(machine: Hardware) -> list[str]:
         lines.append(f"cuda device {i}: {d.name}, {d.total_mb} MiB total, {d.free_mb} MiB free")
     lines.append(f"plan settings: --cores {machine.cores}  (profiles/gpu says cores: all)")
     if machine.devices:
-        free = machine.devices[0].free_mb
-        lines.append(f"  gpu_budget_mb: auto = {free} MiB (device 0's free memory now; or name it: "
-                     f"--config gpu_budget_mb={free})")
-        lines.append(f"  Snakemake's limit: --resources gpu_mem_mb={free}  (set from the budget when not given)")
+        devices = resolve_gpus("auto", "cuda", machine)["devices"]
+        free = resolve_budget("auto", "cuda", machine, gpus=devices)["mb"]
+        least = "device 0's free memory" if len(devices) == 1 else f"the least free memory of those {len(devices)}"
+        lines.append(f"  gpus: auto = {', '.join(devices)} (every visible device of device 0's model, each GPU job "
+                     f"pinned to one; or name them: --config 'gpus=[{','.join(devices)}]')")
+        lines.append(f"  gpu_budget_mb: auto = {free} MiB ({least} now; or name it: --config gpu_budget_mb={free})")
+        lines.append(f"  Snakemake's limit: --resources gpu_mem_mb={free * len(devices)}  (set from the budget times "
+                     f"the {len(devices)} device(s) when not given)")
     return lines
 
 
@@ -43,7 +48,8 @@ def job_requests(configfile: Path, machine: Hardware, budget: str) -> list[str]:
 
     cfg = load_config(configfile, ["device=cuda", f"gpu_budget_mb={budget}"])
     spec = cfg.data["gpu_budget_mb"]
-    run = {**cfg.data, RESOLVED: {"device": "cuda", "gpu_budget": resolve_budget(spec, "cuda", machine)}}
+    devices = resolve_gpus(cfg.data.get("gpus", "auto"), "cuda", machine)["devices"]
+    run = {**cfg.data, RESOLVED: {"device": "cuda", "gpu_budget": resolve_budget(spec, "cuda", machine, gpus=devices)}}
     plan = plan_resources(run, load())
     return [f"{configfile}: {rule}: gpu_mem_mb={plan[rule].gpu_mem_mb}" for rule in GPU_RULES]
 
