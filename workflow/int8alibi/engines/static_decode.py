@@ -11,6 +11,10 @@ runs is the model's eager code: the graph replays the kernels the eager step lau
 ``graph=False`` runs that eager step itself (a step that is traced must run eagerly; its bits are the
 graph's). Measured on the H200: logits bitwise equal to the eager step's, static or dynamic cache, at
 every position.
+
+Within the steps the projections of a block that read one input (q, k, v; gate, up) run as one int8
+GEMM each (``model.projection_groups``): the same bits, 84 fewer GEMMs and activation quantizations a
+step at Qwen3-1.7B's 28 blocks.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..model.projection_groups import grouped
 from ..model.w8a8 import guard_of
 
 Step = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -32,6 +37,12 @@ def static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_ar
     """``own.greedy_steps`` for a CUDA model and a known number of steps: yields ``new_tokens`` times
     the newest position's logits ``[V]`` and argmax ``[1]`` (copies: nothing the caller keeps is
     overwritten by the next step)."""
+    with grouped(model):  # q/k/v and gate/up as one int8 GEMM each: the same bits, fewer launches
+        yield from _static_steps(model, prompt_ids, new_tokens, cache_argument, graph)
+
+
+def _static_steps(model: Any, prompt_ids: torch.Tensor, new_tokens: int, cache_argument: str,
+                  graph: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     from transformers import StaticCache
 
     device, p = prompt_ids.device, prompt_ids.shape[1]

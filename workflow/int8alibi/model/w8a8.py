@@ -45,23 +45,30 @@ class W8A8Linear(nn.Module):
         self.arm = arm
         self.taps: list[Tap] = []  # called with the operands each forward hands to the arm
         self.nonfinite: torch.Tensor | None = None  # this layer's counter in a NonFiniteGuard, if any
+        self.group: Any = None  # its model.projection_groups.ProjectionGroup: the layers reading its input as one GEMM
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def quantized(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` [..., K] quantized per token: int8 rows [M, K] and their float32 scales [M]."""
         if x.dtype != torch.bfloat16 or x.shape[-1] != self.in_features:
             raise InputError(f"W8A8Linear {self.name}: input must be bf16 [..., {self.in_features}], "
                              f"got {x.dtype} {tuple(x.shape)}")
-        lead = x.shape[:-1]
         flat, what = x.reshape(-1, self.in_features), f"{self.name} input"
         if x.is_cuda:
             from ..kernels.activation_quant import quantize_per_token_cuda
 
-            a_q, s_a = quantize_per_token_cuda(flat, what=what, nonfinite=self.nonfinite)
-        else:
-            a_q, s_a = quantize_per_token(flat, what=what)
+            return quantize_per_token_cuda(flat, what=what, nonfinite=self.nonfinite)
+        return quantize_per_token(flat, what=what)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.group is not None and self.group.active:
+            y = self.group.output(self, x)
+            if y is not None:
+                return y
+        a_q, s_a = self.quantized(x)
         for tap in self.taps:
             tap(self, a_q, s_a)
         y = self.arm.scaled_mm(a_q, self.w_q, s_a, self.s_w32)
-        return y.reshape(*lead, self.out_features)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, arm={getattr(self.arm, 'name', self.arm)}"
