@@ -67,6 +67,26 @@ def test_gpu_equals_exact_cutlass_order(m):
     assert torch.equal(arm.accumulator(a_q, w_q), ref.accumulator(a_q, w_q))
 
 
+@CUDA
+@pytest.mark.gpu
+def test_reused_padding_buffers_keep_their_zero_rows_and_every_result_exact():
+    """Calls of M = 1..16 rows and two K, interleaved and repeated, each equal to the exact arm, and
+    every buffer's rows beyond its M still zero afterwards (a row of one call never pads another)."""
+    g = torch.Generator().manual_seed(7)
+    arm, ref = CublasLtArm("cuda"), get("exact-cutlass-order", "cuda")  # a fresh arm: no buffers yet
+    weights = {k: torch.randint(-128, 128, (64, k), generator=g, dtype=torch.int8).cuda() for k in (64, 2048)}
+    s_w = (torch.rand(64, generator=g) * 1e-3 + 1e-4).cuda()
+    for _ in range(2):
+        for m in (16, 1, 5, 16, 1, 2):
+            for k, w_q in weights.items():
+                a_q = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8).cuda()
+                s_a = (torch.rand(m, generator=g) * 0.1 + 1e-3).cuda()
+                y, expected = arm.scaled_mm(a_q, w_q, s_a, s_w), ref.scaled_mm(a_q, w_q, s_a, s_w)
+                assert torch.equal(y.view(torch.int16), expected.view(torch.int16)), (m, k)
+    assert sorted(key[:2] for key in arm._pads) == sorted((m, k) for m in (1, 2, 5, 16) for k in weights)
+    assert all(not pad[m:].any() for (m, _, _), pad in arm._pads.items())
+
+
 EPILOGUE_CHILD = r'''
 import json, torch
 from int8alibi.kernels.exact import epilogue

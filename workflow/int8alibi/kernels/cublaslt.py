@@ -3,7 +3,8 @@
 ``torch._int_mm`` on CUDA dispatches to cuBLASLt's int8 GEMM with int32 output and requires
 M > 16 and K, N multiples of 8. Shorter activations (decode, M=1) are padded with zero rows,
 which add zero rows to the product and are sliced off: the accumulator of the real rows is
-unchanged.
+unchanged. The arm keeps one padded buffer per (M, K, device) whose zero rows are never written, so
+a decode step copies its row in (one kernel) instead of building the padding anew (two).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class CublasLtArm:
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = as_device(device)
         self._plans = OperandCheckCache()
+        self._pads: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
     def available(self) -> tuple[bool, str]:
         if self.device.type != "cuda":
@@ -72,11 +74,23 @@ class CublasLtArm:
             return lambda acc, sa, sw: cutlass_epilogue(acc, sa.contiguous(), sw.contiguous())
 
         finish = self._plans.plan((a_q, w_q, s_a, s_w), build)
-        if a_q.shape[0] >= INT_MM_MIN_ROWS and a_q.is_contiguous() and w_q.is_contiguous():
+        m = a_q.shape[0]
+        if m >= INT_MM_MIN_ROWS and a_q.is_contiguous() and w_q.is_contiguous():
             acc = torch._int_mm(a_q, w_q.t())
+        elif 0 < m and a_q.is_cuda and w_q.is_contiguous():
+            acc = torch._int_mm(self._padded(a_q), w_q.t())[:m]
         else:
             acc = int_mm_accumulator(a_q, w_q)
         return finish(acc, s_a, s_w)
+
+    def _padded(self, a_q: torch.Tensor) -> torch.Tensor:
+        """``a_q`` (M < 17 rows) copied over the first rows of this shape's buffer, whose other rows stay zero."""
+        key = (a_q.shape[0], a_q.shape[1], a_q.device)
+        pad = self._pads.get(key)
+        if pad is None:
+            pad = self._pads[key] = a_q.new_zeros(INT_MM_MIN_ROWS, a_q.shape[1])
+        pad[:a_q.shape[0]].copy_(a_q)
+        return pad
 
     def evidence(self) -> dict[str, object]:
         return arm_evidence(
