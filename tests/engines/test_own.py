@@ -114,6 +114,40 @@ def test_a_shared_parent_lends_copies_that_equal_fresh_loads(tiny_pipeline) -> N
         fresh_parent.model.lm_head.weight is fresh_parent.model.model.embed_tokens.weight)
     other_ptrs = {t.data_ptr() for t in [*another.parameters(), *another.buffers()]}
     assert not other_ptrs & {t.data_ptr() for t in [*parent.model.parameters(), *parent.model.buffers()]}
+    for engine in (lent, fresh):  # every projection replaced: nothing left on the meta device
+        assert not [n for n, t in [*engine.model.named_parameters(), *engine.model.named_buffers()] if t.is_meta]
+
+
+def test_a_copy_without_projections_holds_everything_else_and_their_shapes_only(tiny_pipeline) -> None:
+    """``without_projections``: each projection's weight is a meta tensor of its shape and dtype (no
+    bytes), every other tensor a full copy; swapping onto a named device materializes the W8A8 layers
+    there, and one left meta is refused by name."""
+    from int8alibi.engines.own import SharedParent
+    from int8alibi.errors import InputError
+    from int8alibi.model.layers import quantized_linears
+    from int8alibi.model.w8a8 import quantize_linears, swap_linears
+    from int8alibi.kernels.registry import get
+
+    _, cfg = tiny_pipeline("shared-parent", ["exact-cutlass-order", "exact-triton-order"])
+    shared = SharedParent(cfg)
+    full, lean = shared.load()[0], shared.load(without_projections=True)[0]
+    projections = {f"{ref.name}.weight" for ref in quantized_linears(full)}
+    lean_state = dict(lean.named_parameters())
+    for name, tensor in full.named_parameters():
+        copy = lean_state[name]
+        assert (copy.shape, copy.dtype) == (tensor.shape, tensor.dtype)
+        assert copy.is_meta == (name in projections), name
+        assert copy.is_meta or torch.equal(copy, tensor), name
+    cpu = torch.device("cpu")
+    checkpoint = quantize_linears(full, "none")
+    with pytest.raises(InputError, match=r"model\.layers\.0\.self_attn\.q_proj: its weight was never materialized"):
+        swap_linears(shared.load(without_projections=True)[0], checkpoint, get("exact-cutlass-order", cpu))
+    ids = torch.tensor([[3, 14, 15, 92, 65]])
+    arm = get("exact-cutlass-order", cpu)
+    with torch.inference_mode():
+        got = swap_linears(lean, checkpoint, arm, cpu)(input_ids=ids).logits
+        want = swap_linears(full, checkpoint, arm)(input_ids=ids).logits
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
 @pytest.mark.gpu
@@ -140,7 +174,17 @@ def test_a_shared_parent_copies_straight_to_the_gpu(monkeypatch: pytest.MonkeyPa
     whole = parent().to(cuda)
     checkpoint = quantize_linears(parent(), "none")
     ids = torch.tensor([[3, 14, 15, 92, 65]], device=cuda)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    lean = swap_linears(shared.load(cuda, without_projections=True)[0], checkpoint, arm, cuda)
+    peak = torch.cuda.max_memory_allocated() - before
+    held = sum(t.numel() * t.element_size() for t in {id(t): t for t in [*lean.parameters(), *lean.buffers()]}.values())
     with torch.inference_mode():
         got = swap_linears(lent, checkpoint, arm)(input_ids=ids).logits
         want = swap_linears(whole, checkpoint, arm)(input_ids=ids).logits
+        lean_logits = lean(input_ids=ids).logits
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(lean_logits.view(torch.int16), want.view(torch.int16))
+    projections = sum(m.weight.numel() * 2 for m in parent().modules() if type(m).__name__ == "PortableLinear")
+    assert peak < held + projections // 4, (peak, held)  # never the bf16 projections beside the int8 ones

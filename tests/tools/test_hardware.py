@@ -29,9 +29,9 @@ def test_it_prints_the_cores_the_device_and_the_lines_to_set(monkeypatch: pytest
 def test_a_config_that_cannot_fit_is_refused_naming_the_stage(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(ENV, json.dumps(A100))
-    assert cli.main(["hardware", "--configfile", str(PROJECT / "config" / "synthetic-qwen3-8b.yaml"),
+    assert cli.main(["hardware", "--configfile", str(PROJECT / "config" / "synthetic-qwen3-14b.yaml"),
                      "--gpu-budget-mb", "24000"]) == 1
-    assert "stage tokens needs about" in capsys.readouterr().err
+    assert "stage perplexity needs about" in capsys.readouterr().err
 
 
 def test_four_devices_print_their_names_the_least_free_budget_and_four_budgets_of_limit(

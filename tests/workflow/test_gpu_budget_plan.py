@@ -40,10 +40,21 @@ def _gpu_requests(out: str) -> dict[str, int]:
     return got
 
 
-def test_a_24_gb_card_refuses_the_synthetic_8b_naming_the_stage(tmp_path: Path) -> None:
-    code, out = _dry_run("config/synthetic-qwen3-8b.yaml", _card(23_700, 24_564, "NVIDIA GeForce RTX 4090"), tmp_path)
+def test_a_24_gb_card_refuses_the_synthetic_14b_naming_the_stage(tmp_path: Path) -> None:
+    """At 14B the perplexity stage's reference engine, the bf16 parent, does not fit 24 GB by itself."""
+    code, out = _dry_run("config/synthetic-qwen3-14b.yaml", _card(23_700, 24_564, "NVIDIA GeForce RTX 4090"), tmp_path)
     assert code != 0
-    assert re.search(r"stage tokens needs about \d+ MiB, above this run's budget gpu_budget_mb=23700", out), out[-3000:]
+    assert re.search(r"stage perplexity needs about \d+ MiB.*above this run's budget gpu_budget_mb=23700", out), out[-3000:]
+
+
+def test_a_24_gb_card_plans_the_synthetic_8b_within_its_budget(tmp_path: Path) -> None:
+    """The W8A8 engines hold the checkpoint on the device, not the bf16 parent beside it, so every
+    forward pass of the 8B fits the papers' card."""
+    code, out = _dry_run("config/synthetic-qwen3-8b.yaml", _card(23_700, 24_564, "NVIDIA GeForce RTX 4090"), tmp_path)
+    assert code == 0, out[-3000:]
+    requests = _gpu_requests(out)
+    assert {"tokens", "perplexity", "capture", "generate"} <= set(requests), requests
+    assert all(0 < mb <= 23_700 for mb in requests.values()), requests
 
 
 def test_an_h200_plans_the_synthetic_8b_within_its_budget(tmp_path: Path) -> None:

@@ -133,18 +133,24 @@ class SharedParent:
         self.cfg = cfg
         self._loaded: tuple[Any, Any, Any] | None = None
 
-    def load(self, device: torch.device | None = None) -> tuple[Any, Any, Any]:
+    def load(self, device: torch.device | None = None, *, without_projections: bool = False) -> tuple[Any, Any, Any]:
         """``(model copy on device, tokenizer, info)`` as ``model.sources.load_parent`` returns them
-        (default device: the CPU)."""
+        (default device: the CPU). ``without_projections``: the projections' weights are shapes on the
+        meta device, not copied, for a caller that replaces them at once (``load_w8a8``): the device
+        then never holds the bf16 parent and the checkpoint together."""
+        from ..model.layers import quantized_linears
         from ..model.sources import load_parent as _load
 
         if self._loaded is None:
             self._loaded = _load(self.cfg)
         model, tokenizer, info = self._loaded
         target = torch.device("cpu") if device is None else device
+        skipped = {id(model.get_submodule(ref.name).weight) for ref in quantized_linears(model)} \
+            if without_projections else set()
         # deepcopy consults its memo first: every parameter and buffer (a tied one once) is copied
         # straight to the target; the module tree and everything else is deep-copied as usual.
-        memo: dict[int, Any] = {id(p): nn.Parameter(p.detach().to(target, copy=True), requires_grad=p.requires_grad)
+        memo: dict[int, Any] = {id(p): nn.Parameter(p.detach().to("meta" if id(p) in skipped else target, copy=True),
+                                                    requires_grad=p.requires_grad)
                                 for p in model.parameters()}
         memo.update({id(b): b.detach().to(target, copy=True) for b in model.buffers()})
         return copy.deepcopy(model, memo), tokenizer, info
@@ -167,8 +173,11 @@ def load_w8a8(cfg: Config, checkpoint_dir: Path, arm: Any, device: torch.device,
     from ..model.w8a8 import swap_linears
     from ..quant.compressed_tensors import load_checkpoint
 
-    engine = load_parent_engine(cfg, device, shared=shared)
+    from ..model.sources import load_parent as _load
+
     checkpoint = load_checkpoint(checkpoint_dir)
-    engine.model = swap_linears(engine.model, checkpoint, arm).to(device).eval()
-    engine.label = label
-    return engine
+    # the projections are replaced before anything reaches the device: it holds the checkpoint's
+    # int8 layers and the parent's other tensors, never the bf16 projections beside them
+    model, tokenizer, info = shared.load(device, without_projections=True) if shared is not None else _load(cfg)
+    model = swap_linears(model, checkpoint, arm, device).to(device).eval()
+    return OwnEngine(model=model, tokenizer=tokenizer, info=info, device=device, label=label)

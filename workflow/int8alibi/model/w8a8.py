@@ -126,11 +126,14 @@ def quantize_linears(model: nn.Module, mode: Mode = "none", division: Division =
     return out
 
 
-def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], arm: object) -> nn.Module:
+def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], arm: object,
+                 device: torch.device | None = None) -> nn.Module:
     """Replace every projection of ``model`` by a ``W8A8Linear`` on ``arm``, in place; returns ``model``.
 
     The checkpoint must quantize exactly the model's projections, with matching shapes; a linear
-    with a bias is refused (the W8A8 path under study has none).
+    with a bias is refused (the W8A8 path under study has none). Each W8A8 layer is made on
+    ``device``, else on its projection's device (a projection may be a shape on the meta device,
+    never materialized: ``engines.own.SharedParent.load``'s ``without``).
     """
     refs = quantized_linears(model)
     source = getattr(checkpoint, "path", "checkpoint")
@@ -149,8 +152,10 @@ def swap_linears(model: nn.Module, checkpoint: Mapping[str, QuantizedWeight], ar
         w_q, s_w = checkpoint[ref.name]
         if tuple(w_q.shape) != tuple(module.weight.shape):
             raise InputError(f"{source}: {ref.name} weight is {list(w_q.shape)}, the model's is {list(module.weight.shape)}")
-        device = module.weight.device
-        replacements.append((ref.name, W8A8Linear(w_q.to(device), s_w.to(device), arm, name=ref.name)))
+        target = module.weight.device if device is None else device
+        if target.type == "meta":
+            raise InputError(f"{ref.name}: its weight was never materialized (meta device); name the device to swap onto")
+        replacements.append((ref.name, W8A8Linear(w_q.to(target), s_w.to(target), arm, name=ref.name)))
     for name, layer in replacements:
         set_module(model, name, layer)
     cuda = [layer for _, layer in replacements if layer.w_q.is_cuda]

@@ -11,7 +11,8 @@ given here in brackets):
   head's float32 copy weighs most);
 * reference (llmcompressor): 2 P + Q; requant (writers): P + 2 Q (the parent, the reference, writers'
   shards);
-* generate, prefill_decode (forward): P + Q (a fresh parent, then its linears swapped for the checkpoint's);
+* generate, prefill_decode (forward): P + Q (a fresh parent, then its linears swapped for the checkpoint's;
+  on the device Q alone: the projections are swapped before the model moves there, ``device_held_bytes``);
 * perplexity (window_forward), tokens (replay_forward): P + Q + float32 logits and log-probabilities of one
   window per arm;
 * capture, batch (captured_forward): P + Q + one phase's captured operands (int8 weights and activations of
@@ -120,6 +121,22 @@ def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
     return held[_RULES[rule].memory_model]
 
 
+def device_held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
+    """Device bytes a job of ``rule`` holds beyond the CUDA context, before tokens' batch of logits and the
+    campaign's batch budget: a W8A8 engine holds the checkpoint (its projections are swapped before they
+    reach the device: ``engines.own.load_w8a8``), the perplexity stage's reference engine the parent,
+    one engine at a time; the other models hold on the device what they hold on the host."""
+    p, q = size.parent_bytes, size.checkpoint_bytes
+    window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
+    lean = {
+        "forward": q,
+        "captured_forward": q + operand_bytes(size, load.prefill_tokens),
+        "window_forward": max(p, q) + window_logits,
+        "replay_forward": q + KERNEL_ARMS * window_logits,
+    }
+    return lean.get(_RULES[rule].memory_model) or held_bytes(rule, size, load)
+
+
 def _jobs(rule: str, faults_shards: int) -> int:
     if rule == "generate":
         return KERNEL_ARMS * CHECKPOINTS * GENERATE_RUNS
@@ -155,7 +172,7 @@ def device_bytes(rule: str, size: ModelSize, load: Workload, device: str, device
     (it then asks for the whole device)."""
     if device != "cuda":
         return None
-    held, model = held_bytes(rule, size, load), _RULES[rule].memory_model
+    held, model = device_held_bytes(rule, size, load), _RULES[rule].memory_model
     if model == "replay_forward":
         held += TOKENS_BATCH_COPIES * load.replay_window_tokens * size.vocab * TOKENS_LOGIT_BYTES
     elif model == "campaign":

@@ -66,7 +66,7 @@ def capture_checkpoint(model: Any, checkpoint: Any, arm: Arm, device: torch.devi
                        progress: Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Swap ``model``'s projections for W8A8 ones on ``arm``, capture both phases and save them under
     ``out_dir``; return the index rows and the generated decode token's record."""
-    model = swap_linears(model.to(device), checkpoint, arm)
+    model = swap_linears(model, checkpoint, arm, device).to(device)
     rows = save_phase(out_dir, list(capture(model, prefill.token_ids).values()), name, "prefill", prefill.sha256)
     progress.update()
     decode_ops, next_id = capture_decode(model, prompt.token_ids)
@@ -95,7 +95,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
     rows: list[dict[str, Any]] = []
     generated: dict[str, Any] = {}
     shared = SharedParent(cfg)  # loaded once; every checkpoint gets a fresh copy
-    model, tokenizer, parent = shared.load(device)
+    model, tokenizer, parent = shared.load(device, without_projections=True)  # swapped before they reach it
     prefill = prefill_tile(tokenizer, corpus, sizes.prefill_tokens, analysis)
     prompt = decode_prompt(tokenizer, analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def run(cfg: Config, out_dir: Path, *, gate: Path, project_root: str | Path = ".
         with Progress(total=len(CHECKPOINTS) * len(PHASES), desc="capture", unit="phase") as progress:
             for i, name in enumerate(CHECKPOINTS):
                 if i:  # a fresh parent for every checkpoint: nothing carries over between them
-                    model, _, _ = shared.load(device)
+                    model, _, _ = shared.load(device, without_projections=True)
                 checkpoint = load_checkpoint(checkpoint_dirs[name], [r.name for r in quantized_linears(model)],
                                              against="the parent")
                 new_rows, generated[name] = capture_checkpoint(model, checkpoint, arm, device, prefill, prompt,
