@@ -26,9 +26,10 @@ estimate above, which counts the model it loads), so the analysis chain (capture
 compare, faults) runs beside the forward-pass jobs instead of waiting for the whole device; tokens
 adds its largest batch's logits (the kernel pair's three copies of a 2,048-token window: arm A, arm B,
 arm A again; each injection cell runs in a batch of two, at ``TOKENS_LOGIT_BYTES`` an element: bf16
-logits and a float32 copy, 6.3 measured at 1.7B on an H200); faults adds its batch budget, ``campaign_budget.MEMORY_SHARE``-th of the
-device (the profile's ``gpu_mem_mb``, passed in as ``device_mb``; without one it asks for the whole
-device, ``WHOLE_DEVICE_MB``, which Snakemake lowers to any limit given). A CPU run asks for none.
+logits and a float32 copy, 6.3 measured at 1.7B on an H200); faults adds its batch budget,
+``campaign_budget.MEMORY_SHARE``-th of the device (the profile's ``gpu_mem_mb``, passed in as
+``device_mb``; without one it asks for the whole device, ``WHOLE_DEVICE_MB``, which Snakemake lowers
+to any limit given). A CPU run asks for none.
 Which jobs share the device changes no byte: each is its own process computing the same thing.
 A stage's ``priority`` (``stage_spec``) starts the longest chains first when a requant finishes
 (tokens, the analysis chain, prefill_decode, perplexity), ahead of the sixteen short generate jobs that would otherwise fill the
