@@ -101,11 +101,16 @@ class Resources:
     gpu_need_mb: int = 0
 
 
+def _window_logits(size: ModelSize, load: Workload) -> int:
+    """Two float32 copies of the logits of the longest window a stage scores (perplexity's or tokens')."""
+    return 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
+
+
 def held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
     """Host bytes a job of ``rule`` holds beyond the process overhead, by its stage's memory model
     (``stage_spec.Stage.memory_model``; see the module doc)."""
     p, q = size.parent_bytes, size.checkpoint_bytes
-    window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
+    window_logits = _window_logits(size, load)
     layer_operands = size.max_linear_params + load.prefill_tokens * max(size.hidden, size.intermediate)
     layer_batch = OPERAND_BATCH * layer_operands
     held = {
@@ -130,7 +135,7 @@ def device_held_bytes(rule: str, size: ModelSize, load: Workload) -> int:
     at 1.7B on an H100, against 7,274 estimated); the other models hold on the device what they hold
     on the host."""
     p, q = size.parent_bytes, size.checkpoint_bytes
-    window_logits = 2 * 4 * size.vocab * max(load.window_tokens, load.replay_window_tokens)
+    window_logits = _window_logits(size, load)
     lean = {
         "forward": q,
         "captured_forward": q + operand_bytes(size, load.prefill_tokens),
